@@ -1,0 +1,22 @@
+"""hf-longclip: long-text, hierarchy-aware CLIP models for the Hugging Face ecosystem."""
+
+from transformers import AutoConfig, AutoModel, AutoProcessor
+
+from .models.himo_clip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
+
+__version__ = "0.1.0"
+
+
+def _register(config_class, model_class, processor_class) -> None:
+    """Make Auto* resolve our classes, and make `save_pretrained` write their code next to the weights."""
+    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    AutoModel.register(config_class, model_class, exist_ok=True)
+    AutoProcessor.register(config_class, processor_class, exist_ok=True)
+    config_class.register_for_auto_class()
+    model_class.register_for_auto_class("AutoModel")
+    processor_class.register_for_auto_class("AutoProcessor")
+
+
+_register(HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor)
+
+__all__ = ["HiMoCLIPConfig", "HiMoCLIPModel", "HiMoCLIPProcessor", "__version__"]

@@ -1,0 +1,36 @@
+"""Sentence splitting and the cumulative caption prefixes t_1..t_K of HiMo@K (HiMo-CLIP Sec. 4.2)."""
+
+from __future__ import annotations
+
+import re
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split ``text`` after ``.``, ``!`` or ``?`` followed by whitespace, keeping the punctuation.
+
+    A plain regex splitter (no nltk), as used to build HiMo@K prefixes (HiMo-CLIP Sec. 4.2).
+    Sentences are stripped and empty ones dropped.
+    """
+    return [part.strip() for part in _SENTENCE_END.split(text) if part.strip()]
+
+
+def cumulative_segments(sentences: list[str], k: int) -> list[str]:
+    """Return the K cumulative prefix texts t_1..t_K of HiMo-CLIP Sec. 4.2.
+
+    The n sentences are divided into K contiguous segments of n // K sentences each, the remainder
+    n % K going one each to the last segments (n=5, K=3 -> [1], [2-3], [4-5]); t_k joins the first
+    k segments with single spaces.
+    """
+    n = len(sentences)
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got k={k}")
+    if n < k:
+        raise ValueError(f"need at least k={k} sentences to build {k} segments, got {n}")
+    base, remainder = divmod(n, k)
+    prefixes, end = [], 0
+    for index in range(k):
+        end += base + (1 if index >= k - remainder else 0)
+        prefixes.append(" ".join(sentences[:end]))
+    return prefixes

@@ -1,0 +1,62 @@
+"""HiMo@K as an `evaluate` metric, a thin wrapper over `hf_longclip.metrics.himo.himo_at_k`."""
+
+import datasets
+import evaluate
+
+from hf_longclip.metrics.himo import himo_at_k
+
+_DESCRIPTION = """\
+HiMo@K measures whether the image-text matching score grows monotonically as a long caption is revealed
+segment by segment (HiMo-CLIP, Sec. 4.2). A caption of n sentences is cut into K contiguous segments;
+t_k is the concatenation of the first k segments and s_{t_k} its score with the image.
+For K > 3 (Eq. 5) HiMo@K is the Pearson correlation between k = 1..K and s_{t_k}, averaged over images;
+for K = 2 or 3 (Eq. 6) it is the percentage of images whose scores strictly increase.
+"""
+
+_CITATION = """\
+@inproceedings{wu2026himoclip,
+  author    = {Wu, Ruijia and Chen, Ping and Shen, Fei and Zhao, Shaoan and Hui, Qiang and Gao, Huanlin and
+               Lu, Ting and Liu, Zhaoxiang and Zhao, Fang and Wang, Kai and Lian, Shiguo},
+  title     = {HiMo-CLIP: Modeling Semantic Hierarchy and Monotonicity in Vision-Language Alignment},
+  booktitle = {Proceedings of the AAAI Conference on Artificial Intelligence},
+  year      = {2026},
+  eprint    = {2511.06653},
+  archivePrefix = {arXiv},
+  url       = {https://arxiv.org/abs/2511.06653}
+}
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    scores (`list` of `list` of `float`): one list per image, the scores s_{t_1}..s_{t_K} of its cumulative
+        caption prefixes; lists may have different lengths (at least 2).
+    method (`str`, *optional*): `"pearson"` (Eq. 5) or `"accuracy"` (Eq. 6) to force one definition for
+        every list; by default lists longer than 3 use Pearson, lists of 2 or 3 use accuracy, and a batch
+        mixing both raises a ValueError.
+Returns:
+    himo_at_k (`float`): mean Pearson correlation in [-1, 1], or the percentage of monotonic lists.
+    method (`str`): the definition used, `"pearson"` or `"accuracy"`.
+    num_samples (`int`): number of images.
+    num_constant (`int`): number of constant score lists (they count as a correlation of 0).
+Examples:
+    >>> himo = evaluate.load("himo_at_k")
+    >>> himo.compute(scores=[[0.1, 0.2, 0.3, 0.4], [0.3, 0.2, 0.25, 0.1, 0.5]])["method"]
+    'pearson'
+"""
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class HimoAtK(evaluate.Metric):
+    """HiMo@K (HiMo-CLIP Eqs. 5 and 6) over ragged lists of prefix scores."""
+
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features({"scores": datasets.Sequence(datasets.Value("float64"))}),
+            reference_urls=["https://arxiv.org/abs/2511.06653"],
+        )
+
+    def _compute(self, scores, method=None):
+        return himo_at_k(scores, method=method)

@@ -1,0 +1,67 @@
+"""HiMo@K: does the image-text score grow as a caption gets longer? (HiMo-CLIP, AAAI 2026, Sec. 4.2)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+METHODS = ("pearson", "accuracy")
+
+
+def _pearson_with_index(scores: np.ndarray) -> float:
+    """Pearson correlation between k = 1..K and ``scores``; 0.0 for a constant list."""
+    index = np.arange(1, len(scores) + 1, dtype=np.float64)
+    index -= index.mean()
+    centered = scores - scores.mean()
+    return float(index @ centered / np.sqrt((index @ index) * (centered @ centered)))
+
+
+def himo_at_k(scores: Sequence[Sequence[float]], method: str | None = None) -> dict[str, float | int | str]:
+    """HiMo@K over a batch of images; ``scores[i]`` holds s_{t_1}..s_{t_K} for image i.
+
+    - Eq. 5 (K > 3), ``"pearson"``: mean over images of the Pearson correlation between k = 1..K and
+      s_{t_k}. A constant list (zero variance) counts as 0 and is counted in ``num_constant``.
+    - Eq. 6 (K = 2, 3), ``"accuracy"``: percentage of images with strictly increasing scores
+      s_{t_1} < s_{t_2} (< s_{t_3}).
+
+    Lists may have different lengths. With ``method=None`` the definition follows each list's length and
+    a batch mixing both kinds is rejected; ``method="pearson"`` or ``"accuracy"`` forces one definition for
+    every list (any length >= 2).
+
+    Returns ``{"himo_at_k": float, "method": str, "num_samples": int, "num_constant": int}``.
+    """
+    if method is not None and method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {METHODS} or None")
+    if len(scores) == 0:
+        raise ValueError("scores is empty: need at least one list of scores")
+
+    arrays = []
+    for i, row in enumerate(scores):
+        array = np.asarray(row, dtype=np.float64)
+        if array.ndim != 1 or len(array) < 2:
+            raise ValueError(f"scores[{i}] must be a flat list of at least 2 scores, got shape {array.shape}")
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"scores[{i}] contains NaN or inf: {array.tolist()}")
+        arrays.append(array)
+
+    if method is None:
+        kinds = {"pearson" if len(array) > 3 else "accuracy" for array in arrays}
+        if len(kinds) > 1:
+            raise ValueError(
+                "scores mixes lists of length > 3 (Pearson, Eq. 5) with lists of length 2 or 3 "
+                "(accuracy, Eq. 6); pass method='pearson' or method='accuracy' to use one definition"
+            )
+        (method,) = kinds
+
+    constant = [bool(np.all(array == array[0])) for array in arrays]
+    if method == "pearson":
+        values = [0.0 if flat else _pearson_with_index(array) for array, flat in zip(arrays, constant)]
+    else:
+        values = [100.0 * bool(np.all(np.diff(array) > 0)) for array in arrays]
+    return {
+        "himo_at_k": float(np.mean(values)),
+        "method": method,
+        "num_samples": len(arrays),
+        "num_constant": sum(constant),
+    }

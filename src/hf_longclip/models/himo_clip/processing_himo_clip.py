@@ -1,0 +1,61 @@
+"""HiMo-CLIP processor: a CLIP image processor plus a tokenizer that pads/truncates to the model's 248 positions."""
+
+from transformers import BatchEncoding, ProcessorMixin
+
+from .configuration_himo_clip import HIMO_TEXT_POSITIONS
+
+
+class HiMoCLIPProcessor(ProcessorMixin):
+    """Prepares `input_ids`/`attention_mask` (at most `max_length` tokens, end-of-text kept last when truncating)
+    and `pixel_values` for [`HiMoCLIPModel`]."""
+
+    def __init__(self, image_processor=None, tokenizer=None, max_length: int = HIMO_TEXT_POSITIONS, **kwargs):
+        if max_length < 2:
+            raise ValueError(f"max_length must leave room for the start and end tokens, got {max_length}")
+        self.max_length = max_length
+        super().__init__(image_processor, tokenizer, **kwargs)
+
+    def __call__(
+        self,
+        text: str | list[str] | None = None,
+        images=None,
+        padding: bool | str = "max_length",
+        truncation: bool = True,
+        return_tensors: str | None = "pt",
+        **kwargs,
+    ) -> BatchEncoding:
+        """Tokenize `text` to `self.max_length` tokens and/or preprocess `images`.
+
+        `padding="longest"` pads to the longest text of the batch instead (faster training on short captions).
+        """
+        if text is None and images is None:
+            raise ValueError("pass `text`, `images` or both")
+        encoding = BatchEncoding(tensor_type=return_tensors)
+        if text is not None:
+            tokens = self.tokenizer(
+                text,
+                padding=padding,
+                truncation=truncation,
+                max_length=self.max_length,
+                return_tensors=return_tensors,
+                **kwargs,
+            )
+            rows = [tokens["input_ids"]] if isinstance(text, str) and return_tensors is None else tokens["input_ids"]
+            length = max((len(row) for row in rows), default=0)
+            if length > self.max_length:
+                raise ValueError(
+                    f"texts of {length} tokens exceed the model's {self.max_length} positions; keep truncation=True"
+                )
+            encoding.update(tokens)
+        if images is not None:
+            encoding.update(self.image_processor(images, return_tensors=return_tensors))
+        return encoding
+
+    def batch_decode(self, *args, **kwargs):
+        return self.tokenizer.batch_decode(*args, **kwargs)
+
+    def decode(self, *args, **kwargs):
+        return self.tokenizer.decode(*args, **kwargs)
+
+
+__all__ = ["HiMoCLIPProcessor"]

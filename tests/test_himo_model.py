@@ -1,0 +1,134 @@
+"""HiMoCLIPModel: MoLo loss (Eq. 2-4), CLIP parity, Long-CLIP position stretching and from_clip."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import CAPTIONS, random_images, tiny_clip, tiny_himo, tiny_processor
+
+from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
+from hf_longclip.models.himo_clip.modeling_himo_clip import stretch_position_embeddings
+from hf_longclip.objectives import molo_loss
+
+
+def _info_nce(anchors: torch.Tensor, candidates: torch.Tensor, scale: float) -> torch.Tensor:
+    """L_info(a_i, b_i) = -log softmax_j(scale * cos(a_i, b_j))[i], written out row by row."""
+    losses = []
+    for i in range(anchors.shape[0]):
+        sims = torch.stack([scale * F.cosine_similarity(anchors[i], c, dim=0) for c in candidates])
+        losses.append(-(sims[i] - torch.logsumexp(sims, 0)))
+    return torch.stack(losses)
+
+
+def test_molo_equals_global_plus_lambda_component_loss_written_from_the_paper():
+    torch.manual_seed(0)
+    image = F.normalize(torch.randn(6, 8), dim=-1)
+    text = F.normalize(torch.randn(6, 8), dim=-1)
+    # Eq. 1 by numpy-style PCA: eigen-decomposition of the covariance, top m reaching 90% of the variance.
+    mean = text.mean(0)
+    centred = text - mean
+    eigvals, eigvecs = torch.linalg.eigh(centred.T @ centred)
+    eigvals, eigvecs = eigvals.flip(0), eigvecs.flip(1)
+    m = int((torch.cumsum(eigvals, 0) / eigvals.sum() < 0.9).sum()) + 1
+    basis = eigvecs[:, :m].T  # P, (m, d)
+    components = (basis.T @ (basis @ centred.T)).T + mean
+    scale = 7.0
+    global_loss = (_info_nce(image, text, scale) + _info_nce(text, image, scale)).mean() / 2  # Eq. 2
+    comp_loss = (_info_nce(image, components, scale) + _info_nce(components, image, scale)).mean() / 2  # Eq. 3
+    for lam in (0.0, 0.5, 1.0, 2.0):
+        expected = global_loss + lam * comp_loss  # Eq. 4
+        actual = molo_loss(image, text, torch.tensor(scale), tau=0.9, weight=lam)
+        torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_component_loss_changes_the_loss():
+    torch.manual_seed(0)
+    image, text = F.normalize(torch.randn(2, 8, 8), dim=-1)
+    assert not torch.isclose(molo_loss(image, text, torch.tensor(5.0), weight=1.0),
+                             molo_loss(image, text, torch.tensor(5.0), weight=0.0))
+
+
+def test_parity_with_transformers_clip_at_77_positions_and_lambda_zero(batch):
+    clip = tiny_clip()
+    himo = HiMoCLIPModel.from_clip(clip, stretch_positions=False, molo_lambda=0.0).eval()
+    with torch.no_grad():
+        expected = clip(**batch, return_loss=True)
+        actual = himo(**batch, return_loss=True)
+    for name in ("loss", "logits_per_image", "logits_per_text", "text_embeds", "image_embeds"):
+        torch.testing.assert_close(getattr(actual, name), getattr(expected, name), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(himo.get_text_features(batch["input_ids"]).pooler_output,
+                               clip.get_text_features(batch["input_ids"]).pooler_output)
+
+
+def test_gradients_match_transformers_clip_at_lambda_zero(batch):
+    clip = tiny_clip()
+    himo = HiMoCLIPModel.from_clip(clip, stretch_positions=False, molo_lambda=0.0)
+    clip(**batch, return_loss=True).loss.backward()
+    himo(**batch, return_loss=True).loss.backward()
+    for (name, p_clip), p_himo in zip(clip.named_parameters(), himo.parameters()):
+        torch.testing.assert_close(p_himo.grad.reshape(p_clip.grad.shape), p_clip.grad, atol=1e-5, rtol=1e-4,
+                                   msg=name)
+
+
+def test_stretch_hand_computed():
+    table = torch.arange(77, dtype=torch.float64)[:, None] ** 2  # row r holds r^2
+    stretched = stretch_position_embeddings(table)[:, 0]
+    assert stretched.shape == (4 * 77 - 3 * 20,) == (248,)
+    torch.testing.assert_close(stretched[:20], table[:20, 0])  # kept
+    assert stretched[20] == 400 and stretched[24] == 441  # every 4th row is an original one
+    assert stretched[21] == 0.75 * 400 + 0.25 * 441  # interpolated towards the next
+    assert stretched[23] == 0.25 * 400 + 0.75 * 441
+    assert stretched[240] == 75**2 and stretched[244] == 76**2
+    assert stretched[247] == 76**2 + 0.75 * (76**2 - 75**2)  # extrapolated past the last
+
+
+def test_from_clip_keeps_short_texts_unchanged(tmp_path):
+    """Texts within the first 20 positions see exactly CLIP's embeddings after stretching."""
+    clip = tiny_clip()
+    clip.save_pretrained(tmp_path / "clip")
+    processor = tiny_processor(max_length=20)
+    short = processor(text=["a cat.", "red dog"], padding="max_length")
+    for source in (clip, str(tmp_path / "clip")):  # in memory and from a local directory
+        himo = HiMoCLIPModel.from_clip(source).eval()
+        assert himo.config.text_config.max_position_embeddings == 248
+        assert himo.config.hide_tau == 0.9 and himo.config.molo_lambda == 1.0
+        with torch.no_grad():
+            torch.testing.assert_close(himo.get_text_features(**short).pooler_output,
+                                       clip.get_text_features(**short).pooler_output)
+            torch.testing.assert_close(himo.get_image_features(pixel_values=torch.ones(1, 3, 32, 32)).pooler_output,
+                                       clip.get_image_features(pixel_values=torch.ones(1, 3, 32, 32)).pooler_output)
+
+
+def test_long_texts_run_at_248_tokens():
+    himo = tiny_himo()
+    long = tiny_processor()(text=[" ".join(CAPTIONS * 3)] * 2, images=random_images(2))
+    assert long["input_ids"].shape == (2, 248)
+    with torch.no_grad():
+        out = himo(**long, return_loss=True)
+    assert torch.isfinite(out.loss) and out.logits_per_image.shape == (2, 2)
+
+
+def test_config_defaults_and_validation():
+    config = HiMoCLIPConfig()
+    assert config.text_config.max_position_embeddings == 248
+    assert (config.hide_tau, config.molo_lambda, config.hide_scope) == (0.9, 1.0, "global")
+    for bad in (dict(hide_tau=0.0), dict(hide_tau=1.5), dict(molo_lambda=-1.0), dict(hide_scope="batch")):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            HiMoCLIPConfig(**bad)
+
+
+def test_bad_inputs_raise_clear_errors(batch):
+    image = F.normalize(torch.randn(4, 8), dim=-1)
+    text = F.normalize(torch.randn(4, 8), dim=-1)
+    with pytest.raises(ValueError, match="non-empty"):
+        molo_loss(image[:0], text[:0], torch.tensor(1.0))
+    with pytest.raises(ValueError, match="pair up"):
+        molo_loss(image, text[:3], torch.tensor(1.0))
+    with pytest.raises(ValueError, match="NaN"):
+        molo_loss(image, torch.full_like(text, float("nan")), torch.tensor(1.0))
+    himo = tiny_himo()
+    no_eos = batch["input_ids"].clone()
+    no_eos[no_eos == 1] = 5
+    with pytest.raises(ValueError, match="end-of-text"):
+        himo.get_text_features(no_eos)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        himo.get_text_features(torch.ones(1, 300, dtype=torch.long))
