@@ -213,18 +213,19 @@ class HiMoCLIPModel(CLIPModel):
 
     @classmethod
     def from_clip(
-        cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, **config_kwargs
+        cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, stretch_positions: bool = True, **config_kwargs
     ) -> "HiMoCLIPModel":
         """Build a HiMo-CLIP from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`).
 
-        The text position table is stretched with Long-CLIP's knowledge-preserved scheme (77 -> 248);
-        `config_kwargs` set HiMo options (`hide_tau`, `molo_lambda`, ...).
+        The text position table is stretched with Long-CLIP's knowledge-preserved scheme (77 -> 248) unless
+        `stretch_positions=False` (a 77-token baseline); `config_kwargs` set HiMo options (`hide_tau`, ...).
         """
         if not isinstance(clip, CLIPModel):
             clip = CLIPModel.from_pretrained(clip)
         state = clip.state_dict()
         key = "text_model.embeddings.position_embedding.weight"
-        state[key] = stretch_position_embeddings(state[key])
+        if stretch_positions:
+            state[key] = stretch_position_embeddings(state[key])
         state["logit_scale"] = state["logit_scale"].reshape(1)
         text_config = clip.config.text_config.to_dict()
         text_config["max_position_embeddings"] = state[key].shape[0]

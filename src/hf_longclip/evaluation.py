@@ -60,15 +60,18 @@ def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, pro
     image_embeds = encode_images(model, processor, dataset["image"], batch_size, progress)
     similarity = image_embeds @ encode(dataset["caption"]).T
     sentences = dataset["sentences"]
+    all_prefixes = [cumulative_segments(s, len(s)) for s in sentences]
+    scores = prefix_scores(image_embeds, all_prefixes, encode)
     results = {
         "r1_i2t": recall_at_k(similarity, 1),
         "r1_t2i": recall_at_k(similarity.T, 1),
     }
-    for k in (2, 3):
-        scores = prefix_scores(image_embeds, [cumulative_segments(s, k) for s in sentences], encode)
-        results[f"himo@{k}"] = himo_at_k(scores, method="accuracy")["himo_at_k"]
-    all_prefixes = [cumulative_segments(s, len(s)) for s in sentences]
-    scores = prefix_scores(image_embeds, all_prefixes, encode)
+    for k in (2, 3):  # the K-segment prefixes t_k are among the sentence prefixes already scored
+        segment_scores = [
+            [score[prefixes.index(text)] for text in cumulative_segments(sents, k)]
+            for score, prefixes, sents in zip(scores, all_prefixes, sentences)
+        ]
+        results[f"himo@{k}"] = himo_at_k(segment_scores, method="accuracy")["himo_at_k"]
     results["himo@k"] = himo_at_k(scores, method="pearson")["himo_at_k"]
     longest = max(len(s) for s in scores)
     results["mean_similarity_by_prefix"] = [

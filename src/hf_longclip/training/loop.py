@@ -22,7 +22,7 @@ class TrainingArguments:
 
     output_dir: str = field(default="outputs/himo", metadata={"help": "where checkpoints and results go"})
     seed: int = field(default=0, metadata={"help": "seed of model init, data order and dropout"})
-    num_train_epochs: float = field(default=4.0, metadata={"help": "passes over the training split"})
+    num_train_epochs: float = field(default=2.5, metadata={"help": "passes over the training split"})
     max_steps: int = field(default=-1, metadata={"help": "if > 0, stop after this many steps (overrides epochs)"})
     per_device_train_batch_size: int = field(default=64, metadata={"help": "batch per process (HiDe sees the global batch)"})
     per_device_eval_batch_size: int = field(default=128)

@@ -1,0 +1,106 @@
+"""Checkpoints load with AutoModel/AutoProcessor(trust_remote_code=True) where hf_longclip is not importable,
+offline; `modeling/` is exactly the code save_pretrained writes."""
+
+import filecmp
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+
+from hf_longclip import HiMoCLIPProcessor
+from hf_longclip.cli import main as cli_main
+from hf_longclip.data.tokenizer import train_scene_tokenizer
+from hf_longclip.export import bundle_files
+
+REPO = Path(__file__).resolve().parents[1]
+
+FRESH_PROCESS_LOAD = """
+import sys
+sys.modules["hf_longclip"] = None  # the library is not importable: only the checkpoint's own code may run
+import torch
+from transformers import AutoModel, AutoProcessor
+checkpoint, captions, output = sys.argv[1], sys.argv[2].split("|"), sys.argv[3]
+model = AutoModel.from_pretrained(checkpoint, trust_remote_code=True).eval()
+processor = AutoProcessor.from_pretrained(checkpoint, trust_remote_code=True)
+from PIL import Image
+images = [Image.open(f"{checkpoint}/image{i}.png") for i in range(len(captions))]
+inputs = processor(text=captions, images=images)
+with torch.no_grad():
+    out = model(**inputs, return_loss=True)
+torch.save({"text": out.text_embeds, "image": out.image_embeds, "loss": out.loss,
+            "classes": [type(model).__module__, type(processor).__module__],
+            "input_ids": inputs["input_ids"]}, output)
+"""
+
+
+def _load_in_fresh_process(checkpoint: Path, captions: list[str], tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), PYTHONPATH="")
+    output = tmp_path / "fresh.pt"
+    result = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS_LOAD, str(checkpoint), "|".join(captions), str(output)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return torch.load(output)
+
+
+def _save_checkpoint(model, processor, captions: list[str], path: Path) -> dict:
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    images = random_images(len(captions))
+    for i, image in enumerate(images):
+        image.save(path / f"image{i}.png")
+    inputs = processor(text=captions, images=images)
+    with torch.no_grad():
+        out = model(**inputs, return_loss=True)
+    return {"text": out.text_embeds, "image": out.image_embeds, "loss": out.loss, "input_ids": inputs["input_ids"]}
+
+
+def test_checkpoint_with_clip_tokenizer_loads_without_the_library(tmp_path):
+    expected = _save_checkpoint(tiny_himo(), tiny_processor(), CAPTIONS, tmp_path / "ckpt")
+    loaded = _load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path)
+    assert all(module.startswith("transformers_modules.") for module in loaded["classes"])
+    torch.testing.assert_close(loaded["input_ids"], expected["input_ids"])
+    for key in ("text", "image", "loss"):
+        torch.testing.assert_close(loaded[key], expected[key], atol=1e-6, rtol=1e-6)
+
+
+def test_checkpoint_with_scene_tokenizer_loads_without_the_library(tmp_path):
+    tokenizer = train_scene_tokenizer(CAPTIONS)
+    processor = HiMoCLIPProcessor(image_processor=tiny_processor().image_processor, tokenizer=tokenizer)
+    config = dict(bos_token_id=tokenizer.bos_token_id,
+                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = tiny_himo()
+    model.config.text_config.update(config)  # ids of the trained tokenizer; vocab fits the tiny model
+    assert len(tokenizer) <= model.config.text_config.vocab_size
+    model.text_model.eos_token_id = tokenizer.eos_token_id
+    expected = _save_checkpoint(model, processor, CAPTIONS, tmp_path / "ckpt")
+    loaded = _load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path)
+    torch.testing.assert_close(loaded["input_ids"], expected["input_ids"])
+    torch.testing.assert_close(loaded["text"], expected["text"], atol=1e-6, rtol=1e-6)
+
+
+def test_modeling_bundle_is_what_save_pretrained_writes(tmp_path):
+    tiny_himo().save_pretrained(tmp_path)
+    tiny_processor().save_pretrained(tmp_path)
+    written = sorted(p.name for p in tmp_path.glob("*.py"))
+    bundled = sorted(p.name for p in (REPO / "modeling" / "himo_clip").glob("*.py"))
+    assert written == bundled == [p.name for p in bundle_files("himo_clip")]
+    for name in written:
+        assert filecmp.cmp(tmp_path / name, REPO / "modeling" / "himo_clip" / name, shallow=False), (
+            f"modeling/himo_clip/{name} is stale: run `hf-longclip export-code`"
+        )
+    auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
+    assert auto_map == {"AutoConfig": "configuration_himo_clip.HiMoCLIPConfig",
+                        "AutoModel": "modeling_himo_clip.HiMoCLIPModel"}
+
+
+def test_export_code_regenerates_the_bundle(tmp_path):
+    cli_main(["export-code", "--output", str(tmp_path)])
+    comparison = filecmp.dircmp(tmp_path / "himo_clip", REPO / "modeling" / "himo_clip", ignore=["__pycache__"])
+    assert not (comparison.diff_files or comparison.left_only or comparison.right_only)
