@@ -37,12 +37,26 @@ torch.save({"text": out.text_embeds, "image": out.image_embeds, "loss": out.loss
 """
 
 
-def _load_in_fresh_process(checkpoint: Path, captions: list[str], tmp_path: Path) -> dict:
+FRESH_PROCESS_PIPELINE = """
+import sys
+sys.modules["hf_longclip"] = None
+import torch
+from PIL import Image
+from transformers import pipeline
+checkpoint, labels, output = sys.argv[1], sys.argv[2].split("|"), sys.argv[3]
+classify = pipeline("zero-shot-image-classification", model=checkpoint, trust_remote_code=True)
+result = classify(Image.open(f"{checkpoint}/image0.png"), candidate_labels=labels, hypothesis_template="{}")
+torch.save({item["label"]: item["score"] for item in result}, output)
+"""
+
+
+def _load_in_fresh_process(checkpoint: Path, captions: list[str], tmp_path: Path,
+                           script: str = FRESH_PROCESS_LOAD) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), PYTHONPATH="")
     output = tmp_path / "fresh.pt"
     result = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS_LOAD, str(checkpoint), "|".join(captions), str(output)],
+        [sys.executable, "-c", script, str(checkpoint), "|".join(captions), str(output)],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]
@@ -68,6 +82,19 @@ def test_checkpoint_with_clip_tokenizer_loads_without_the_library(tmp_path):
     torch.testing.assert_close(loaded["input_ids"], expected["input_ids"])
     for key in ("text", "image", "loss"):
         torch.testing.assert_close(loaded[key], expected[key], atol=1e-6, rtol=1e-6)
+
+
+def test_zero_shot_pipeline_by_path_without_the_library(tmp_path):
+    model, processor = tiny_himo(), tiny_processor()
+    _save_checkpoint(model, processor, CAPTIONS, tmp_path / "ckpt")
+    scores = _load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path, FRESH_PROCESS_PIPELINE)
+    from PIL import Image
+
+    inputs = processor(text=CAPTIONS, images=[Image.open(tmp_path / "ckpt" / "image0.png")])
+    with torch.no_grad():
+        expected = model(**inputs).logits_per_image.softmax(dim=-1)[0]
+    for caption, probability in zip(CAPTIONS, expected.tolist()):
+        assert abs(scores[caption] - probability) < 1e-5
 
 
 def test_checkpoint_with_scene_tokenizer_loads_without_the_library(tmp_path):
@@ -97,7 +124,8 @@ def test_modeling_bundle_is_what_save_pretrained_writes(tmp_path):
         )
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
     assert auto_map == {"AutoConfig": "configuration_himo_clip.HiMoCLIPConfig",
-                        "AutoModel": "modeling_himo_clip.HiMoCLIPModel"}
+                        "AutoModel": "modeling_himo_clip.HiMoCLIPModel",
+                        "AutoModelForZeroShotImageClassification": "modeling_himo_clip.HiMoCLIPModel"}
 
 
 def test_export_code_regenerates_the_bundle(tmp_path):

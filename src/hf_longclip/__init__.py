@@ -1,6 +1,6 @@
 """hf-longclip: long-text, hierarchy-aware CLIP models for the Hugging Face ecosystem."""
 
-from transformers import AutoConfig, AutoModel, AutoProcessor
+from transformers import AutoConfig, AutoModel, AutoModelForZeroShotImageClassification, AutoProcessor
 
 from .models.himo_clip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
 
@@ -11,6 +11,7 @@ def _register(config_class, model_class, processor_class) -> None:
     """Make Auto* resolve our classes, and make `save_pretrained` write their code next to the weights."""
     AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
     AutoModel.register(config_class, model_class, exist_ok=True)
+    AutoModelForZeroShotImageClassification.register(config_class, model_class, exist_ok=True)
     AutoProcessor.register(config_class, processor_class, exist_ok=True)
     config_class.register_for_auto_class()
     model_class.register_for_auto_class("AutoModel")

@@ -243,6 +243,15 @@ class HiMoCLIPModel(CLIPModel):
             raise ValueError(f"weights missing from the CLIP checkpoint: {sorted(missing)}")
         return model.to(clip.dtype)
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Also map AutoModelForZeroShotImageClassification to this class, so that
+        `pipeline("zero-shot-image-classification", model=path, trust_remote_code=True)` works."""
+        self.config.auto_map = {
+            **(getattr(self.config, "auto_map", None) or {}),
+            "AutoModelForZeroShotImageClassification": f"{type(self).__module__.split('.')[-1]}.{type(self).__name__}",
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
     def get_text_features(self, input_ids: torch.Tensor, *args, **kwargs):
         eos_token_id = self.config.text_config.eos_token_id
         if eos_token_id != 2 and not (input_ids == eos_token_id).any(dim=-1).all():
