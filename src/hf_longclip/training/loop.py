@@ -35,7 +35,7 @@ class TrainingArguments:
 
 
 def _parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """open_clip's split: decay weight matrices; leave biases, norms, embeddings' gains and the logit scale alone."""
+    """open_clip's split: decay matrices; leave 1-D parameters (biases, norm gains, class token) and the logit scale."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
