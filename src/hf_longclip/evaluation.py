@@ -13,25 +13,28 @@ from .metrics.retrieval import recall_at_k
 
 
 @torch.no_grad()
+def _encode(items: Sequence, embed, batch_size: int, progress: bool, description: str) -> torch.Tensor:
+    """L2-normalised float32 embeddings of `items`, `embed` applied batch by batch."""
+    starts = tqdm(range(0, len(items), batch_size), desc=description, disable=not progress, leave=False)
+    return F.normalize(torch.cat([embed(list(items[i : i + batch_size])).float() for i in starts]), dim=-1)
+
+
 def encode_texts(model, processor, texts: Sequence[str], batch_size: int = 128, progress: bool = False) -> torch.Tensor:
     """L2-normalised text embeddings, in batches padded to their longest text."""
-    device = model.device
-    chunks = []
-    for start in tqdm(range(0, len(texts), batch_size), desc="texts", disable=not progress, leave=False):
-        inputs = processor(text=list(texts[start : start + batch_size]), padding="longest").to(device)
-        chunks.append(F.normalize(model.get_text_features(**inputs).pooler_output.float(), dim=-1))
-    return torch.cat(chunks)
+
+    def embed(batch):
+        return model.get_text_features(**processor(text=batch, padding="longest").to(model.device)).pooler_output
+
+    return _encode(texts, embed, batch_size, progress, "texts")
 
 
-@torch.no_grad()
 def encode_images(model, processor, images: Sequence, batch_size: int = 128, progress: bool = False) -> torch.Tensor:
     """L2-normalised image embeddings."""
-    device = model.device
-    chunks = []
-    for start in tqdm(range(0, len(images), batch_size), desc="images", disable=not progress, leave=False):
-        inputs = processor(images=list(images[start : start + batch_size])).to(device)
-        chunks.append(F.normalize(model.get_image_features(**inputs).pooler_output.float(), dim=-1))
-    return torch.cat(chunks)
+
+    def embed(batch):
+        return model.get_image_features(**processor(images=batch).to(model.device)).pooler_output
+
+    return _encode(images, embed, batch_size, progress, "images")
 
 
 def prefix_scores(image_embeds: torch.Tensor, prefixes: Sequence[Sequence[str]], encode) -> list[list[float]]:
