@@ -35,12 +35,13 @@ class TrainingArguments:
 
 
 def _parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """open_clip's split: decay matrices; leave 1-D parameters (biases, norm gains, class token) and the logit scale."""
+    """open_clip's split: decay matrices; leave 1-D parameters alone (biases, norm gains, class token, and the
+    logit scale, a shape-(1,) parameter)."""
     decay, no_decay = [], []
-    for name, param in model.named_parameters():
+    for param in model.parameters():
         if not param.requires_grad:
             continue
-        (no_decay if param.ndim < 2 or "logit_scale" in name else decay).append(param)
+        (no_decay if param.ndim < 2 else decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
