@@ -8,14 +8,20 @@ Each variant is trained identically (same data order, steps and optimiser) with 
   clip-248   the same with 248 positions (Long-CLIP stretching when starting from CLIP), global InfoNCE only
   himo-clip  248 positions, MoLo = global + lambda * HiDe component InfoNCE (HiMo-CLIP Eq. 4)
 Writes `<output_dir>/<variant>/` checkpoints (loadable with AutoModel/AutoProcessor and trust_remote_code=True),
-`results.json`, `prefix_similarity.png` and `loss_curves.png`.
+`eval/<variant>.json`, `results.json`, `prefix_similarity.png` and `loss_curves.png`.
+
+The same script runs on one CPU or across GPUs and machines (`--config_file examples/accelerate_configs/
+{single,multi_gpu,zero2,zero3}.yaml`), saves its full state every `--checkpointing_steps` and continues exactly
+with `--resume_from_checkpoint latest`, trains LoRA adapters with `--lora_r 16`, and publishes each checkpoint
+with a model card with `--push_to_hub --hub_model_id ORG/NAME`.
 """
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from accelerate import Accelerator
+import torch
+from accelerate.logging import get_logger
 from accelerate.utils import set_seed
 from transformers import AutoImageProcessor, AutoTokenizer, CLIPImageProcessorPil, HfArgumentParser
 
@@ -24,13 +30,18 @@ from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.evaluation import evaluate_long_captions, plot_prefix_similarity
-from hf_longclip.training.loop import TrainingArguments, train
+from hf_longclip.fileio import write_atomic
+from hf_longclip.training.hub import build_model_card, push_to_hub
+from hf_longclip.training.lora import LoraArguments, apply_lora, count_parameters, merge_lora
+from hf_longclip.training.loop import TrainingArguments, make_accelerator, save_model, train, whole_model_init
 
 VARIANTS = {  # name: (text positions, MoLo lambda or None for the configured one)
     "clip-77": (77, 0.0),
     "clip-248": (248, 0.0),
     "himo-clip": (248, None),
 }
+MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "himo_clip.md"
+logger = get_logger(__name__)
 METRICS = ("r1_i2t", "r1_t2i", "himo@2", "himo@3", "himo@k")
 
 
@@ -51,6 +62,14 @@ class ScriptArguments:
     num_layers: int = field(default=2)
     num_heads: int = field(default=4)
     patch_size: int = field(default=8)
+    push_to_hub: bool = field(default=False, metadata={"help": "upload each trained variant with its model card"})
+    hub_model_id: str | None = field(default=None, metadata={
+        "help": "ORG/NAME; with several variants each goes to ORG/NAME-<variant>"})
+    hub_private: bool = field(default=False)
+
+    def __post_init__(self):
+        if self.push_to_hub and not self.hub_model_id:
+            raise ValueError("--push_to_hub needs --hub_model_id ORG/NAME")
 
 
 def scratch_model(args: ScriptArguments, tokenizer, positions: int, molo_lambda: float) -> HiMoCLIPModel:
@@ -111,13 +130,22 @@ def plot_losses(histories: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def hub_repo_ids(script_args: ScriptArguments, variants: list[str]) -> dict[str, str]:
+    if len(variants) == 1:
+        return {variants[0]: script_args.hub_model_id}
+    return {variant: f"{script_args.hub_model_id}-{variant}" for variant in variants}
+
+
 def main() -> None:
-    script_args, training_args = HfArgumentParser((ScriptArguments, TrainingArguments)).parse_args_into_dataclasses()
+    parser = HfArgumentParser((ScriptArguments, TrainingArguments, LoraArguments))
+    script_args, training_args, lora_args = parser.parse_args_into_dataclasses()
     variants = [v.strip() for v in script_args.variants.split(",") if v.strip()]
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown or not variants:
         raise SystemExit(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
-    accelerator = Accelerator()
+    accelerator = make_accelerator(training_args)
+    accelerator.init_trackers("train_himo", config={**asdict(script_args), **asdict(training_args),
+                                                    **asdict(lora_args)})
     output_dir = Path(training_args.output_dir)
     with accelerator.main_process_first():
         dataset = load_synthetic_scenes(
@@ -126,15 +154,33 @@ def main() -> None:
         )
     results, histories = {}, {}
     for variant in variants:
-        model, processor = build(script_args, dataset, variant, training_args.seed)
+        eval_file = output_dir / "eval" / f"{variant}.json"  # written last: a resumed run skips finished variants
+        if training_args.resume_from_checkpoint and eval_file.is_file():
+            results[variant], histories[variant] = json.loads(eval_file.read_text()).values()
+            continue
+        with whole_model_init(accelerator):
+            model, processor = build(script_args, dataset, variant, training_args.seed)
+        if lora_args.lora_r > 0:
+            base_dir = output_dir / f"{variant}-lora" / "base"
+            save_model(accelerator, model, base_dir, processor)  # what the adapter applies to
+            model = apply_lora(model, lora_args, base_model_name_or_path=str(base_dir))
+            trainable, total = count_parameters(model)
+            logger.info(f"{variant}: LoRA trains {trainable:,} of {total:,} parameters", main_process_only=True)
         model, histories[variant] = train(
-            model, dataset["train"], ImageTextCollator(processor), training_args, accelerator, description=variant
+            model, dataset["train"], ImageTextCollator(processor), training_args, accelerator, run_name=variant,
+            eval_dataset=dataset["validation"],
         )
-        if accelerator.is_main_process:
-            results[variant] = evaluate_long_captions(model, processor, dataset["test"],
+        if lora_args.lora_r > 0:
+            save_model(accelerator, model, output_dir / f"{variant}-lora" / "adapter")
+            model = merge_lora(model)
+        save_model(accelerator, model, output_dir / variant, processor)
+        if accelerator.is_main_process:  # evaluate what was saved: the same under every engine, ZeRO-3 included
+            with whole_model_init(accelerator):
+                saved = HiMoCLIPModel.from_pretrained(output_dir / variant, dtype=torch.float32)
+            results[variant] = evaluate_long_captions(saved.to(accelerator.device), processor, dataset["test"],
                                                       training_args.per_device_eval_batch_size)
-            model.save_pretrained(output_dir / variant)
-            processor.save_pretrained(output_dir / variant)
+            eval_file.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(eval_file, json.dumps({"results": results[variant], "history": histories[variant]}))
         accelerator.wait_for_everyone()
         accelerator.free_memory()
     if accelerator.is_main_process:
@@ -144,6 +190,19 @@ def main() -> None:
         plot_losses(histories, output_dir / "loss_curves.png")
         print_table(results)
         print(f"\ncheckpoints, results.json and plots in {output_dir}/")
+        if script_args.push_to_hub:
+            for variant, repo_id in hub_repo_ids(script_args, variants).items():
+                config = json.loads((output_dir / variant / "config.json").read_text())
+                card = build_model_card(
+                    MODEL_CARD, repo_id=repo_id, results=results[variant], config=config,
+                    training_args={**asdict(script_args), **asdict(training_args), **asdict(lora_args),
+                                   "variant": variant},
+                    base_model=script_args.init_from_clip,
+                )
+                url = push_to_hub(output_dir / variant, repo_id, card=card, private=script_args.hub_private)
+                print(f"pushed {variant} to {url}")
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import evaluate
+
+from ..fileio import write_atomic
 
 _SCRIPTS_DIR = Path(__file__).with_name("evaluate_modules")
 METRIC_NAMES: tuple[str, ...] = tuple(
@@ -26,14 +27,6 @@ def script_path(name: str) -> Path:
 def load(name: str, **kwargs) -> evaluate.EvaluationModule:
     """``evaluate.load`` on the bundled script of ``name``: local, never touches the network."""
     return evaluate.load(str(script_path(name)), **kwargs)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file so readers never see a partial file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
 
 
 def install_metrics(modules_cache: str | os.PathLike | None = None) -> list[Path]:
@@ -60,7 +53,7 @@ def install_metrics(modules_cache: str | os.PathLike | None = None) -> list[Path
             (package_dir / "__init__.py").touch()
         target = target_dir / f"{name}.py"
         meta = {"original file path": str(source), "local file path": str(target)}
-        _write_atomic(target_dir / f"{name}.json", json.dumps(meta).encode())
-        _write_atomic(target, code)
+        write_atomic(target_dir / f"{name}.json", json.dumps(meta).encode())
+        write_atomic(target, code)
         installed.append(target)
     return installed

@@ -1,15 +1,25 @@
-"""The one Accelerate training loop the example scripts share."""
+"""The one Accelerate training loop the example scripts share: single process, DDP or DeepSpeed ZeRO-2/3, with
+gradient accumulation, checkpointing, mixed precision, periodic validation, trackers and exact resume."""
 
+from __future__ import annotations
+
+import contextlib
 import math
-from dataclasses import dataclass, field
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from accelerate import Accelerator
 from accelerate.logging import get_logger
-from accelerate.utils import set_seed
-from torch.utils.data import DataLoader, Dataset
+from accelerate.utils import DistributedType, InitProcessGroupKwargs, parse_flag_from_env, set_seed
+from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, get_cosine_schedule_with_warmup
+from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
+
+from .checkpoint import read_state, resolve_resume, save_checkpoint, write_atomic_directory
 
 logger = get_logger(__name__)
 
@@ -18,20 +28,92 @@ MAX_LOGIT_SCALE = math.log(100.0)  # CLIP's clamp of the learned temperature
 
 @dataclass
 class TrainingArguments:
-    """Optimisation settings shared by every example script (HfArgumentParser turns them into flags)."""
+    """Optimisation, checkpointing and logging settings shared by every example script (HfArgumentParser turns
+    them into flags)."""
 
     output_dir: str = field(default="outputs/himo", metadata={"help": "where checkpoints and results go"})
     seed: int = field(default=0, metadata={"help": "seed of model init, data order and dropout"})
     num_train_epochs: float = field(default=2.5, metadata={"help": "passes over the training split"})
-    max_steps: int = field(default=-1, metadata={"help": "if > 0, stop after this many steps (overrides epochs)"})
-    per_device_train_batch_size: int = field(default=64, metadata={"help": "batch per process (HiDe sees the global batch)"})
+    max_steps: int = field(default=-1, metadata={"help": "if > 0, stop after this many optimizer steps (overrides "
+                                                         "epochs)"})
+    per_device_train_batch_size: int = field(default=64, metadata={"help": "batch per process (HiDe sees the "
+                                                                           "global batch)"})
     per_device_eval_batch_size: int = field(default=128)
+    gradient_accumulation_steps: int = field(default=1, metadata={
+        "help": "optimizer step every N micro-batches. The contrastive loss still sees one micro-batch of "
+                "negatives per process: this saves memory, it does not enlarge the contrastive batch"})
     learning_rate: float = field(default=5e-4)
-    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay of matrices (not of biases, norms, scales)"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay of matrices (not of biases, norms, "
+                                                               "scales)"})
     adam_beta2: float = field(default=0.98)
     warmup_steps: int = field(default=50)
-    max_grad_norm: float = field(default=1.0)
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0: off); also DeepSpeed's"})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
+    mixed_precision: str | None = field(default=None, metadata={
+        "help": "'no', 'fp16' or 'bf16'; default: the accelerate launch config"})
     logging_steps: int = field(default=20)
+    report_to: str = field(default="none", metadata={"help": "accelerate trackers: 'tensorboard', 'wandb', "
+                                                             "'all' or 'none'"})
+    eval_steps: int = field(default=0, metadata={"help": "validation loss every N steps (0: never)"})
+    checkpointing_steps: int = field(default=0, metadata={"help": "save the full training state every N steps "
+                                                                  "(0: never)"})
+    save_total_limit: int = field(default=2, metadata={"help": "keep the newest N checkpoints (0: all)"})
+    resume_from_checkpoint: str | None = field(default=None, metadata={
+        "help": "'latest' (newest valid checkpoint of each run, if any) or a checkpoint directory"})
+
+    def __post_init__(self):
+        if self.gradient_accumulation_steps < 1:
+            raise ValueError(f"gradient_accumulation_steps must be >= 1, got {self.gradient_accumulation_steps}")
+        if self.mixed_precision not in (None, "no", "fp16", "bf16"):
+            raise ValueError(f"mixed_precision must be 'no', 'fp16' or 'bf16', got {self.mixed_precision!r}")
+        for name in ("logging_steps", "per_device_train_batch_size", "per_device_eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def make_accelerator(args: TrainingArguments) -> Accelerator:
+    """The Accelerator for `args` under whatever `accelerate launch` configured (DDP, DeepSpeed, precision).
+
+    Without CUDA, several processes need `cpu=True` to form a gloo group (accelerate 1.15 otherwise gives each
+    its own unsynchronised run, even under `--multi_gpu`), and DeepSpeed is told to use gloo (it asks for NCCL). Under DeepSpeed, the script's
+    gradient accumulation and clipping are written into the DeepSpeed config, which otherwise overrides them.
+    """
+    no_cuda, deepspeed = not torch.cuda.is_available(), parse_flag_from_env("ACCELERATE_USE_DEEPSPEED")
+    several_processes = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    handlers = [InitProcessGroupKwargs(backend="gloo")] if no_cuda and deepspeed else []
+    log_with = None if args.report_to == "none" else args.report_to
+    accelerator = Accelerator(
+        cpu=no_cuda and several_processes and not deepspeed,  # else accelerate 1.15 runs unsynchronised copies
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        mixed_precision=args.mixed_precision,
+        log_with=log_with,
+        project_dir=args.output_dir,
+        kwargs_handlers=handlers,
+    )
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        config = accelerator.state.deepspeed_plugin.deepspeed_config
+        config["gradient_accumulation_steps"] = args.gradient_accumulation_steps
+        config["gradient_clipping"] = args.max_grad_norm
+    return accelerator
+
+
+class EpochShuffleSampler(Sampler[int]):
+    """A fresh random order each epoch that depends only on (seed, epoch), so a resumed run sees exactly the order
+    of an uninterrupted one. Under several processes accelerate shards its batches: process p gets batches
+    p, p + P, ..., so the global batch of a step holds the same samples as one process with P times the batch."""
+
+    def __init__(self, num_samples: int, seed: int):
+        self.num_samples, self.seed, self.epoch = num_samples, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        yield from torch.randperm(self.num_samples, generator=generator).tolist()
 
 
 def _parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -45,25 +127,84 @@ def _parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def _gathered(param: torch.nn.Parameter, modifier_rank: int | None = None):
+    """Context in which a ZeRO-3 partitioned parameter holds its full value (a no-op for any other parameter)."""
+    if hasattr(param, "ds_id"):
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters([param], modifier_rank=modifier_rank)
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def whole_model_init(accelerator: Accelerator):
+    """Build (or load) models whole inside this context, even under ZeRO-3, where transformers would otherwise
+    partition them at construction (`deepspeed.zero.Init`, a collective): needed for `from_clip`'s position
+    stretching, for an initialisation identical to a single-process run, and to reload a checkpoint on the main
+    process alone. Models too large for one device should be built outside it."""
+    plugin = accelerator.state.deepspeed_plugin
+    if plugin is None or not is_deepspeed_zero3_enabled():
+        yield
+        return
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        plugin.set_deepspeed_weakref()
+
+
+def clamp_logit_scale(accelerator: Accelerator, model: torch.nn.Module) -> float:
+    """Clamp the learned log temperature to [0, ln 100] in place (CLIP) and return exp of it."""
+    param = accelerator.unwrap_model(model).logit_scale
+    with _gathered(param, modifier_rank=0), torch.no_grad():
+        param.clamp_(0, MAX_LOGIT_SCALE)
+        return param.exp().item()
+
+
+@torch.no_grad()
+def validation_loss(model, dataset: Dataset, collate_fn, batch_size: int, accelerator: Accelerator) -> float:
+    """Mean training objective over `dataset`, every process evaluating its shard (works under ZeRO-3)."""
+    loader = accelerator.prepare_data_loader(
+        DataLoader(dataset, batch_size=batch_size, drop_last=True, collate_fn=collate_fn)
+    )
+    was_training = model.training
+    model.eval()
+    total, count = torch.zeros((), device=accelerator.device), 0
+    for batch in loader:
+        total += model(**batch, return_loss=True).loss.float()
+        count += 1
+    model.train(was_training)
+    if count == 0:
+        raise ValueError(f"{len(dataset)} validation samples make no full batch of {batch_size} per process")
+    return accelerator.reduce(total / count, reduction="mean").item()
+
+
 def train(
     model: PreTrainedModel,
     train_dataset: Dataset,
     collate_fn,
     args: TrainingArguments,
     accelerator: Accelerator,
-    description: str = "train",
-) -> tuple[PreTrainedModel, list[dict]]:
-    """Train `model` with its own `forward(..., return_loss=True)` objective; returns the unwrapped model and the
-    logged history (step, mean loss over processes, learning rate, logit scale)."""
+    run_name: str = "train",
+    eval_dataset: Dataset | None = None,
+) -> tuple[torch.nn.Module, list[dict]]:
+    """Train `model` with its own `forward(..., return_loss=True)` objective.
+
+    Returns the prepared (wrapped) model, for `save_model`, and the logged history (step, mean loss over
+    processes, learning rate, logit scale, and the validation loss every `eval_steps`). Checkpoints go to
+    `<output_dir>/checkpoints/<run_name>/`; `args.resume_from_checkpoint` continues from there exactly: same
+    weights, optimizer, schedule, RNG states and data order as a run that was never interrupted.
+    """
     set_seed(args.seed)
-    generator = torch.Generator().manual_seed(args.seed)
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    sampler = EpochShuffleSampler(len(train_dataset), args.seed)
     loader = DataLoader(
         train_dataset,
         batch_size=args.per_device_train_batch_size,
-        shuffle=True,
+        sampler=sampler,
         drop_last=True,  # the contrastive gather needs equal batches on every process
         collate_fn=collate_fn,
-        generator=generator,
     )
     optimizer = torch.optim.AdamW(
         _parameter_groups(model, args.weight_decay), lr=args.learning_rate, betas=(0.9, args.adam_beta2)
@@ -74,41 +215,85 @@ def train(
             f"{len(train_dataset)} training samples make no full batch of "
             f"{args.per_device_train_batch_size} x {accelerator.num_processes} processes"
         )
-    total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * len(loader))
-    scheduler = accelerator.prepare(
-        get_cosine_schedule_with_warmup(optimizer, min(args.warmup_steps, total_steps // 2), total_steps)
-    )
-    unwrapped = accelerator.unwrap_model(model)
-    history: list[dict] = []
-    progress = tqdm(total=total_steps, desc=description, disable=not accelerator.is_local_main_process)
+    steps_per_epoch = math.ceil(len(loader) / args.gradient_accumulation_steps)
+    total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
+    # accelerate steps a prepared scheduler once per process at each optimizer step, except under DeepSpeed,
+    # whose engine steps it once: the factor makes the schedule follow optimizer steps on every engine.
+    per_step = 1 if accelerator.distributed_type == DistributedType.DEEPSPEED else accelerator.num_processes
+    scheduler = accelerator.prepare(get_cosine_schedule_with_warmup(
+        optimizer, min(args.warmup_steps, total_steps // 2) * per_step, total_steps * per_step
+    ))
+
+    run_dir = Path(args.output_dir) / "checkpoints" / run_name
+    step, epoch, batches_done, history = 0, 0, 0, []
+    resume = resolve_resume(run_dir, args.resume_from_checkpoint)
+    if resume is not None:
+        accelerator.load_state(str(resume))
+        state = read_state(resume)
+        step, epoch, batches_done, history = (state["step"], state["epoch"], state["batches_in_epoch"],
+                                              state["history"])
+        logger.info(f"{run_name}: resumed from {resume} at step {step}", main_process_only=True)
+    elif run_dir.exists() and accelerator.is_main_process:
+        logger.warning(f"{run_name}: starting afresh, removing old checkpoints in {run_dir}")
+        shutil.rmtree(run_dir)
+    accelerator.wait_for_everyone()
+
+    progress = tqdm(total=total_steps, initial=step, desc=run_name, disable=not accelerator.is_local_main_process)
     model.train()
-    step = 0
     while step < total_steps:
-        for batch in loader:
-            loss = model(**batch, return_loss=True).loss
-            accelerator.backward(loss)
-            if args.max_grad_norm > 0:
-                accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            with torch.no_grad():
-                unwrapped.logit_scale.clamp_(0, MAX_LOGIT_SCALE)
+        if batches_done >= len(loader):
+            epoch, batches_done = epoch + 1, 0
+        batches = accelerator.skip_first_batches(loader, batches_done) if batches_done else loader
+        batches.set_epoch(epoch)  # accelerate's loaders hand their own epoch count to the sampler when they can
+        sampler.set_epoch(epoch)  # and when they cannot (skipping over sharded batches)
+        for batch in batches:
+            with accelerator.accumulate(model):
+                loss = model(**batch, return_loss=True).loss
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and args.max_grad_norm > 0:
+                    accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+            batches_done += 1
+            if not accelerator.sync_gradients:
+                continue
             step += 1
             progress.update(1)
+            logit_scale = clamp_logit_scale(accelerator, model)
+            record = {}
             if step % args.logging_steps == 0 or step == total_steps:
-                mean_loss = accelerator.reduce(loss.detach(), reduction="mean").item()
-                record = {
-                    "step": step,
-                    "loss": mean_loss,
-                    "lr": scheduler.get_last_lr()[0],
-                    "logit_scale": unwrapped.logit_scale.exp().item(),
-                }
-                history.append(record)
-                progress.set_postfix(loss=f"{mean_loss:.3f}")
-                logger.info(f"{description} step {step}/{total_steps} loss {mean_loss:.4f}")
+                record.update(loss=accelerator.reduce(loss.detach().float(), reduction="mean").item(),
+                              lr=scheduler.get_last_lr()[0], logit_scale=logit_scale)
+                progress.set_postfix(loss=f"{record['loss']:.3f}")
+            if eval_dataset is not None and args.eval_steps > 0 and (step % args.eval_steps == 0
+                                                                     or step == total_steps):
+                record["eval_loss"] = validation_loss(model, eval_dataset, collate_fn,
+                                                      args.per_device_eval_batch_size, accelerator)
+            if record:
+                history.append({"step": step, **record})
+                accelerator.log({f"{run_name}/{key}": value for key, value in record.items()}, step=step)
+                logger.info(f"{run_name} step {step}/{total_steps} {record}", main_process_only=True)
+            if args.checkpointing_steps > 0 and (step % args.checkpointing_steps == 0 or step == total_steps):
+                state = {"epoch": epoch, "batches_in_epoch": batches_done, "history": history,
+                         "run_name": run_name, "training_args": asdict(args)}
+                save_checkpoint(accelerator, run_dir, step, state, args.save_total_limit)
             if step >= total_steps:
                 break
     progress.close()
     accelerator.wait_for_everyone()
-    return unwrapped, history
+    return model, history
+
+
+def save_model(accelerator: Accelerator, model: torch.nn.Module, directory: str | Path, processor=None) -> Path:
+    """Write a `from_pretrained` checkpoint (safetensors, code files, processor) atomically, from any engine:
+    under ZeRO-3 every process takes part in gathering the weights (`accelerator.get_state_dict`)."""
+    state_dict = accelerator.get_state_dict(model)  # collective under ZeRO-3; None on the other processes there
+
+    def write(temp: Path) -> None:
+        if accelerator.is_main_process:
+            accelerator.unwrap_model(model).save_pretrained(temp, state_dict=state_dict)
+            if processor is not None:
+                processor.save_pretrained(temp)
+
+    return write_atomic_directory(Path(directory), write, accelerator.is_main_process, accelerator.wait_for_everyone)

@@ -1,0 +1,165 @@
+"""Crash-safe training checkpoints: atomic directories, a manifest that detects partial or corrupt ones, rotation.
+
+A checkpoint is `<run_dir>/step_<N>/`: everything `accelerator.save_state` writes (weights, optimizer, scheduler,
+RNG states of every process) plus `trainer_state.json`, written last, holding the loop position (step, epoch,
+batches consumed in the epoch), the logged history and a manifest (size and SHA-256 of every other file).
+Each is written under a hidden temporary name and renamed into place only when complete, so a killed run leaves
+either a whole checkpoint or a `.tmp-*` directory that is ignored and cleaned up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "trainer_state.json"
+_CHECKPOINT_NAME = re.compile(r"^step_(\d+)$")
+_TEMP_PREFIX = ".tmp-"
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _manifest(directory: Path) -> dict[str, dict]:
+    return {
+        str(path.relative_to(directory)): {"size": path.stat().st_size, "sha256": _sha256(path)}
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and path.name != STATE_FILE
+    }
+
+
+def _fsync_tree(directory: Path) -> None:
+    """Flush every file of `directory` to disk before it is renamed into place."""
+    for path in directory.rglob("*"):
+        if path.is_file():
+            with path.open("rb") as handle:
+                os.fsync(handle.fileno())
+
+
+def write_atomic_directory(target: Path, write: Callable[[Path], None], is_main_process: bool = True,
+                           wait_for_everyone: Callable[[], None] = lambda: None) -> Path:
+    """Run `write(temp_dir)` on every process, then (main process) rename `temp_dir` to `target`.
+
+    An existing `target` is replaced only after the new one is complete. `wait_for_everyone` is the barrier
+    between processes writing shards of one directory (accelerate's `wait_for_everyone`).
+    """
+    target = Path(target)
+    temp = target.with_name(_TEMP_PREFIX + target.name)
+    if is_main_process:
+        shutil.rmtree(temp, ignore_errors=True)
+        temp.mkdir(parents=True)
+    wait_for_everyone()
+    write(temp)
+    wait_for_everyone()
+    if is_main_process:
+        _fsync_tree(temp)
+        if target.exists():
+            old = target.with_name(_TEMP_PREFIX + "old-" + target.name)
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(temp, target)
+            shutil.rmtree(old)
+        else:
+            os.replace(temp, target)
+    wait_for_everyone()
+    return target
+
+
+def save_checkpoint(accelerator, run_dir: Path, step: int, state: dict, save_total_limit: int) -> Path:
+    """`accelerator.save_state` into `run_dir/step_<step>` atomically, with `state` and a manifest in
+    `trainer_state.json`; then keep only the newest `save_total_limit` checkpoints (0 keeps all)."""
+
+    def write(directory: Path) -> None:
+        accelerator.save_state(str(directory))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            payload = {**state, "step": step, "manifest": _manifest(directory)}
+            (directory / STATE_FILE).write_text(json.dumps(payload, indent=1))
+
+    path = write_atomic_directory(Path(run_dir) / checkpoint_name(step), write, accelerator.is_main_process,
+                                  accelerator.wait_for_everyone)
+    if accelerator.is_main_process and save_total_limit > 0:
+        for old in list_checkpoints(run_dir)[:-save_total_limit]:
+            shutil.rmtree(old)
+    accelerator.wait_for_everyone()
+    return path
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete-looking checkpoint directories of `run_dir`, oldest first (temporary ones excluded)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = [(int(match.group(1)), path) for path in run_dir.iterdir()
+             if path.is_dir() and (match := _CHECKPOINT_NAME.match(path.name))]
+    return [path for _, path in sorted(found)]
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why `path` cannot be resumed from (missing state file, unreadable JSON, missing/truncated/altered
+    file), or None when every file matches its manifest."""
+    state_file = Path(path) / STATE_FILE
+    if not state_file.is_file():
+        return f"no {STATE_FILE} (the save did not finish)"
+    try:
+        state = json.loads(state_file.read_text())
+        manifest = state["manifest"]
+        int(state["step"])
+    except (ValueError, KeyError, TypeError) as error:
+        return f"unreadable {STATE_FILE}: {error!r}"
+    if not manifest:
+        return "empty manifest"
+    for name, expected in manifest.items():
+        file = Path(path) / name
+        if not file.is_file():
+            return f"missing file {name}"
+        if file.stat().st_size != expected["size"]:
+            return f"{name} has {file.stat().st_size} bytes, expected {expected['size']}"
+        if _sha256(file) != expected["sha256"]:
+            return f"{name} does not match its SHA-256"
+    return None
+
+
+def read_state(path: Path) -> dict:
+    """The loop state saved with a checkpoint (without its manifest)."""
+    state = json.loads((Path(path) / STATE_FILE).read_text())
+    state.pop("manifest")
+    return state
+
+
+def resolve_resume(run_dir: Path, resume_from_checkpoint: str | None) -> Path | None:
+    """The checkpoint to resume from: None (no resume), `"latest"` (the newest valid one in `run_dir`, skipping
+    invalid ones with a warning; None if there is none) or an explicit directory (an error if invalid)."""
+    if not resume_from_checkpoint:
+        return None
+    if resume_from_checkpoint != "latest":
+        path = Path(resume_from_checkpoint)
+        if not path.is_dir():
+            raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+        if problem := checkpoint_problem(path):
+            raise ValueError(f"cannot resume from {path}: {problem}")
+        return path
+    for path in reversed(list_checkpoints(run_dir)):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        logger.warning(f"skipping checkpoint {path}: {problem}")
+    logger.warning(f"no valid checkpoint in {run_dir}: starting from scratch")
+    return None

@@ -1,0 +1,285 @@
+"""Push a saved checkpoint to the Hub with a model card filled from the run's config and measured eval results.
+
+    card = build_model_card("model_cards/himo_clip.md", repo_id="org/himo-clip", base_model=None,
+                            datasets=[], config=model.config, training_args=training_args,
+                            results=results["himo-clip"], dataset_name="synthetic scenes (test)")
+    url = push_to_hub(output_dir / "himo-clip", "org/himo-clip", card=card)   # main process only
+
+The card's YAML metadata (license, library_name, pipeline_tag, tags, datasets, base_model, model-index) is built
+with `ModelCardData(eval_results=[EvalResult(...)])`, so it is what the Hub validates and indexes.
+
+`push_to_hub` never touches the checkpoint folder: it stages a copy (hard links where possible) with the card as
+README.md, creates the repo (exist_ok) and uploads the stage with `HfApi.upload_folder`. Transient failures
+(5xx, 408, 429, connection errors, timeouts) are retried with exponential backoff; anything else (401/403 auth,
+404, 400/422 validation, an invalid card) raises at once. It makes network calls and writes nothing shared, so
+call it from the main process only (`if accelerator.is_main_process:`): other ranks would push the same commit
+again. The endpoint is huggingface_hub's (`HF_ENDPOINT`, read when huggingface_hub is imported) unless
+`endpoint=` is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TAGS = ("hf-longclip", "himo-clip", "clip", "long-captions", "image-text-retrieval", "custom_code")
+# results key -> human-readable metric name (the model-index metric type is the key itself unless overridden)
+METRIC_NAMES = {
+    "r1_i2t": "R@1 image→text",
+    "r1_t2i": "R@1 text→image",
+    "himo@2": "HiMo@2",
+    "himo@3": "HiMo@3",
+    "himo@k": "HiMo@K",
+}
+RETRY_STATUS = (408, 429)  # besides every 5xx
+STAGED_IGNORE = ("__pycache__", "*.pyc", ".git", ".tmp-*")
+
+
+def _as_dict(obj: Any) -> dict:
+    if obj is None:
+        return {}
+    if hasattr(obj, "to_dict"):  # PretrainedConfig, TrainingArguments-like objects
+        return obj.to_dict()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    return dict(obj)
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def _hub_id(name: str | None) -> str | None:
+    """`name` if it can be a Hub repo id (the Hub rejects metadata naming anything else), None for local paths."""
+    if name and re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) and not os.path.exists(name):
+        return name
+    return None
+
+
+def _setup_rows(config: dict, training_args: dict, base_model: str | None, datasets: Sequence[str],
+                dataset_name: str) -> list[tuple[str, str]]:
+    """The 'Training' table: what was trained, on what, with which objective and optimisation settings."""
+    text, vision = config.get("text_config") or {}, config.get("vision_config") or {}
+    rows: list[tuple[str, Any]] = [
+        ("initialised from", "scratch (random initialisation)" if not base_model else
+         f"[{base_model}](https://huggingface.co/{base_model})" if _hub_id(base_model) else f"`{base_model}`"),
+        ("training data", ", ".join(datasets) or dataset_name),
+        ("text positions", text.get("max_position_embeddings")),
+    ]
+    if text and vision:
+        rows.append(("encoders (layers x width)",
+                     f"text {text.get('num_hidden_layers')} x {text.get('hidden_size')}, vision "
+                     f"{vision.get('num_hidden_layers')} x {vision.get('hidden_size')} (patch "
+                     f"{vision.get('patch_size')}, {vision.get('image_size')} px), projection "
+                     f"{config.get('projection_dim')}"))
+    if "hide_tau" in config:
+        rows.append(("HiDe tau / MoLo lambda / HiDe scope",
+                     f"{config['hide_tau']} / {config.get('molo_lambda')} / {config.get('hide_scope')}"))
+    max_steps = training_args.get("max_steps")
+    if max_steps is not None and max_steps > 0:
+        rows.append(("optimizer steps", max_steps))
+    elif "num_train_epochs" in training_args:
+        rows.append(("epochs", training_args["num_train_epochs"]))
+    if "per_device_train_batch_size" in training_args:
+        batch = f"{training_args['per_device_train_batch_size']} per device"
+        if training_args.get("gradient_accumulation_steps", 1) > 1:
+            batch += f" x {training_args['gradient_accumulation_steps']} accumulation steps"
+        rows.append(("batch", batch))
+    for key, label in (("learning_rate", "learning rate"), ("weight_decay", "weight decay"),
+                       ("warmup_steps", "warmup steps"), ("mixed_precision", "mixed precision"), ("seed", "seed")):
+        if training_args.get(key) is not None:
+            rows.append((label, training_args[key]))
+    return [(name, _format_value(value)) for name, value in rows if value is not None and value != ""]
+
+
+def build_model_card(
+    template_path: str | os.PathLike,
+    *,
+    repo_id: str,
+    results: Mapping[str, Any],
+    config: Any = None,
+    training_args: Any = None,
+    base_model: str | None = None,
+    datasets: Sequence[str] = (),
+    dataset_name: str = "synthetic long-caption scenes",
+    dataset_type: str | None = None,
+    dataset_split: str | None = "test",
+    task_type: str = "zero-shot-image-classification",
+    task_name: str = "Long-caption image-text retrieval",
+    metric_names: Mapping[str, str] | None = None,
+    metric_types: Mapping[str, str] | None = None,
+    model_name: str | None = None,
+    license: str = "apache-2.0",
+    tags: Sequence[str] = (),
+    **template_kwargs: Any,
+) -> ModelCard:
+    """Render the Jinja model card at `template_path` for one trained checkpoint.
+
+    `results` maps metric keys to values (e.g. `evaluate_long_captions` output: {"r1_i2t": 20.3, "himo@k": 0.88,
+    ...}); finite numbers become `EvalResult`s in the card's `model-index` (one task/dataset entry: `task_type`,
+    `dataset_type` (default: `datasets[0]`, else a slug of `dataset_name`), `dataset_name`, `dataset_split`), other
+    values (lists, NaN) are left out. Each metric's type is `metric_types.get(key, key)` and its display name
+    `metric_names` / `METRIC_NAMES` / the key. `config` (a PretrainedConfig or dict) and `training_args` (a
+    dataclass or dict) fill the training table. `base_model` goes into the metadata only if it can be a Hub id
+    (a local directory is named in the prose only). `template_kwargs` are passed to the template as they are.
+    """
+    config, training_args = _as_dict(config), _as_dict(training_args)
+    names = {**METRIC_NAMES, **(metric_names or {})}
+    metric_types = metric_types or {}
+    dataset_type = dataset_type or (datasets[0] if datasets else "-".join(dataset_name.lower().split()))
+    model_name = model_name or repo_id.split("/")[-1]
+
+    rows, eval_results = [], []
+    for key, value in results.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            continue
+        value = float(value)
+        rows.append({"key": key, "name": names.get(key, key), "type": metric_types.get(key, key), "value": value,
+                     "display": _format_value(value)})
+        eval_results.append(EvalResult(
+            task_type=task_type, task_name=task_name, dataset_type=dataset_type, dataset_name=dataset_name,
+            dataset_split=dataset_split, metric_type=metric_types.get(key, key), metric_name=names.get(key, key),
+            metric_value=value,
+        ))
+
+    card_data = ModelCardData(
+        license=license,
+        library_name="transformers",
+        pipeline_tag="zero-shot-image-classification",
+        tags=list(dict.fromkeys([*DEFAULT_TAGS, *tags])),
+        datasets=list(datasets) or None,
+        base_model=_hub_id(base_model),
+        model_name=model_name if eval_results else None,  # the model-index name; no stray key without results
+        eval_results=eval_results or None,
+    )
+    scalar_args = {k: _format_value(v) for k, v in sorted(training_args.items())
+                   if isinstance(v, (str, int, float, bool)) or v is None}
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(template_path),
+        repo_id=repo_id,
+        model_name=model_name,
+        base_model=base_model,
+        datasets=list(datasets),
+        dataset_name=dataset_name,
+        dataset_split=dataset_split,
+        task_name=task_name,
+        setup=_setup_rows(config, training_args, base_model, datasets, dataset_name),
+        training_args=scalar_args,
+        results=rows,
+        config=config,
+        **template_kwargs,
+    )
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection errors and timeouts of whichever HTTP client huggingface_hub uses (httpx2, httpx or requests)."""
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    for module, names in (("httpx2", ("TransportError",)), ("httpx", ("TransportError",)),
+                          ("requests", ("ConnectionError", "Timeout"))):
+        try:
+            imported = __import__(module)
+        except ImportError:
+            continue
+        errors += [getattr(imported, name) for name in names if hasattr(imported, name)]
+    return tuple(errors)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether retrying could help: 5xx / 408 / 429 answers, connection errors, timeouts. Never 4xx auth or
+    validation errors (401, 403, 404, 400, 422) nor a card the Hub rejects (a ValueError)."""
+    if isinstance(error, OfflineModeIsEnabled):  # a ConnectionError, but HF_HUB_OFFLINE=1 will not go away
+        return False
+    if isinstance(error, HfHubHTTPError):
+        status = getattr(error.response, "status_code", None)
+        return status is not None and (status >= 500 or status in RETRY_STATUS)
+    return isinstance(error, _transport_errors())
+
+
+def _with_retries(what: str, call, max_retries: int, backoff: float, max_backoff: float):
+    for attempt in range(max_retries + 1):
+        try:
+            return call()
+        except Exception as error:
+            if attempt == max_retries or not is_transient(error):
+                raise
+            delay = min(max_backoff, backoff * 2**attempt)
+            logger.warning("%s failed (%s: %s); retry %d/%d in %.1f s", what, type(error).__name__,
+                           str(error).splitlines()[0] if str(error) else "", attempt + 1, max_retries, delay)
+            time.sleep(delay)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """Hard link (instant, and the upload only reads) or copy where links are impossible (other filesystem)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def push_to_hub(
+    folder: str | os.PathLike,
+    repo_id: str,
+    *,
+    card: ModelCard | str | None,
+    token: str | None = None,
+    private: bool = False,
+    commit_message: str = "Upload HiMo-CLIP checkpoint with hf-longclip",
+    commit_description: str | None = None,
+    revision: str | None = None,
+    max_retries: int = 3,
+    backoff: float = 2.0,
+    max_backoff: float = 60.0,
+    ignore_patterns: Sequence[str] = (),
+    endpoint: str | None = None,
+) -> str:
+    """Upload the checkpoint `folder` (weights, config, code files, processor/tokenizer files) to `repo_id` with
+    `card` as README.md, and return the commit URL.
+
+    The folder is never modified: the card goes into a staged copy (README.md from the folder, if any, is replaced
+    there). Creates the repo if needed (`private` only applies then). Each Hub call is retried up to `max_retries`
+    times on transient errors, waiting `backoff * 2**attempt` seconds (at most `max_backoff`); re-running an upload
+    is safe (unchanged files are not committed again). Auth and validation errors raise immediately. Call from the
+    main process only.
+    """
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} is not a saved checkpoint (no config.json)")
+    api = HfApi(endpoint=endpoint, token=token)
+    _with_retries(f"create_repo({repo_id})",
+                  lambda: api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model"),
+                  max_retries, backoff, max_backoff)
+    with tempfile.TemporaryDirectory(prefix="hf-longclip-push-") as temp:
+        stage = Path(temp) / "checkpoint"
+        shutil.copytree(folder, stage, ignore=shutil.ignore_patterns(*STAGED_IGNORE), copy_function=_link_or_copy)
+        if card is not None:
+            readme = stage / "README.md"
+            if readme.exists():
+                logger.warning("%s/README.md is replaced by the model card in the upload", folder)
+                readme.unlink()  # a hard link: unlink, never write through it into the checkpoint
+            readme.write_text(str(card), encoding="utf-8")
+        commit = _with_retries(
+            f"upload_folder({repo_id})",
+            lambda: api.upload_folder(repo_id=repo_id, folder_path=stage, repo_type="model", revision=revision,
+                                      commit_message=commit_message, commit_description=commit_description,
+                                      ignore_patterns=list(ignore_patterns) or None),
+            max_retries, backoff, max_backoff,
+        )
+    logger.info("pushed %s to %s", folder, commit.commit_url)
+    return commit.commit_url
