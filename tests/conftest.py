@@ -70,3 +70,44 @@ def processor() -> HiMoCLIPProcessor:
 @pytest.fixture
 def batch(processor) -> dict:
     return dict(processor(text=CAPTIONS, images=random_images(len(CAPTIONS)), padding="longest"))
+
+
+def run_python_offline(script: str, tmp_path) -> dict:
+    """Run ``script`` in a fresh interpreter offline (``HF_HUB_OFFLINE`` and evaluate's own ``HF_EVALUATE_OFFLINE``,
+    which spares each `evaluate.load` its retries), ``HF_HOME`` and ``HF_MODULES_CACHE`` under ``tmp_path`` and an
+    empty working directory; return the JSON object printed on its last stdout line."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1", HF_HOME=str(tmp_path / "home"),
+               HF_MODULES_CACHE=str(tmp_path / "modules"))
+    workdir = tmp_path / "cwd"
+    workdir.mkdir(exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=workdir, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def isolated_modules_cache(tmp_path, monkeypatch):
+    """Point evaluate's dynamic-modules cache (and the import path it extends) at a temporary directory, with the
+    `evaluate_modules` package imported from another test's cache hidden from `sys.modules` for the test."""
+    import sys
+
+    import evaluate
+
+    def loaded() -> list[str]:
+        return [name for name in sys.modules if name.split(".")[0] == "evaluate_modules"]
+
+    for name in loaded():
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(evaluate.config, "HF_MODULES_CACHE", tmp_path / "modules")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield tmp_path / "modules"
+    for name in loaded():
+        del sys.modules[name]

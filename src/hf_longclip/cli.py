@@ -18,6 +18,19 @@ def _install_metrics(args: argparse.Namespace) -> None:
         print(f"installed {path}")
 
 
+def _eval(args: argparse.Namespace) -> None:
+    import json
+
+    from .evaluation import run_evaluation
+
+    tasks = [task.strip() for task in args.tasks.split(",")] if args.tasks else None
+    report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split, args.max_samples,
+                            tasks, args.batch_size, args.device)
+    print(json.dumps(report["metrics"], indent=2))
+    print(f"report and plots in {args.output_dir}/ ({report['num_samples']} samples, "
+          f"{report['num_skipped_images']} corrupt images skipped)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="hf-longclip", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -30,6 +43,21 @@ def main(argv: list[str] | None = None) -> None:
         "install-metrics", help="install the evaluate modules so evaluate.load('<name>') works offline"
     )
     install.set_defaults(run=_install_metrics)
+
+    from .data.benchmarks import BENCHMARKS
+    from .evaluation import TASKS
+
+    evaluate = commands.add_parser("eval", help="evaluate a model on a benchmark: JSON report and plots")
+    evaluate.add_argument("--model", required=True, help="checkpoint directory or Hub id (ours or a CLIPModel)")
+    evaluate.add_argument("--dataset", required=True, choices=["synthetic", *sorted(BENCHMARKS)])
+    evaluate.add_argument("--data-dir", help="the benchmark's files (for synthetic: its cache directory)")
+    evaluate.add_argument("--split", help="default: the benchmark's evaluation split")
+    evaluate.add_argument("--max-samples", type=int, help="evaluate the first N samples only")
+    evaluate.add_argument("--tasks", help=f"comma list among {list(TASKS)}; default: all the data supports")
+    evaluate.add_argument("--batch-size", type=int, default=64)
+    evaluate.add_argument("--device", help="default: cuda when available, else cpu")
+    evaluate.add_argument("--output-dir", type=Path, default=Path("eval"))
+    evaluate.set_defaults(run=_eval)
 
     args = parser.parse_args(argv)
     args.run(args)

@@ -1,46 +1,75 @@
-"""Evaluation of a CLIP-style model on long captions: retrieval and HiMo@K monotonicity (HiMo-CLIP Sec. 4.2)."""
+"""Evaluate any CLIP-style model (ours, or a plain transformers `CLIPModel`) on a benchmark in the sample schema:
+retrieval, HiMo@K and SSI (HiMo-CLIP), HierarCaps precision/recall/d_corr (+ DITM's d_corr), zero-shot
+classification (OneLIP Table 3) and COLA multi-object accuracy, each where the rows carry what it needs.
 
-from collections.abc import Sequence
+    report = evaluate_dataset(model, processor, dataset)           # {task: metrics}
+    hf-longclip eval --model PATH_OR_ID --dataset urban1k --data-dir data/Urban1k --output-dir eval/urban1k
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .data.text import cumulative_segments
+from .data.text import segment_ends
+from .metrics.cola import cola_multi
+from .metrics.hierarcaps import hierarcaps, text_pool
 from .metrics.himo import himo_at_k
-from .metrics.retrieval import recall_at_k
+from .metrics.retrieval import long_text_retrieval, recall_at_k
+from .metrics.ssi import ssi
+from .metrics.zero_shot import class_embeddings, format_prompts, zero_shot_classification
+
+TASKS = ("retrieval", "himo", "ssi", "hierarcaps", "zero_shot", "cola")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Encoding
+# ---------------------------------------------------------------------------------------------------------------
+def _text_inputs(model, processor, texts: list[str]):
+    """Tokenised `texts` padded to the longest, truncated to the model's positions (our processors know theirs;
+    a plain CLIPProcessor is told, and keeps the end-of-text token when truncating)."""
+    if hasattr(processor, "max_length"):
+        return processor(text=texts, padding="longest")
+    return processor(text=texts, padding="longest", truncation=True, return_tensors="pt",
+                     max_length=model.config.text_config.max_position_embeddings)
 
 
 @torch.no_grad()
-def _encode(items: Sequence, embed, batch_size: int, progress: bool, description: str) -> torch.Tensor:
-    """L2-normalised float32 embeddings of `items`, `embed` applied batch by batch."""
+def _encode(items, embed: Callable, batch_size: int, progress: bool, description: str) -> torch.Tensor:
+    """L2-normalised float32 embeddings of `items` (a list or a `datasets` column, read batch by batch so images
+    are decoded only when needed), `embed` applied to each batch."""
     starts = tqdm(range(0, len(items), batch_size), desc=description, disable=not progress, leave=False)
-    return F.normalize(torch.cat([embed(list(items[i : i + batch_size])).float() for i in starts]), dim=-1)
+    return F.normalize(torch.cat([embed(list(items[i : i + batch_size])).float().cpu() for i in starts]), dim=-1)
 
 
 def encode_texts(model, processor, texts: Sequence[str], batch_size: int = 128, progress: bool = False) -> torch.Tensor:
-    """L2-normalised text embeddings, in batches padded to their longest text."""
+    """L2-normalised text embeddings (CPU float32)."""
 
     def embed(batch):
-        return model.get_text_features(**processor(text=batch, padding="longest").to(model.device)).pooler_output
+        return model.get_text_features(**_text_inputs(model, processor, batch).to(model.device)).pooler_output
 
     return _encode(texts, embed, batch_size, progress, "texts")
 
 
-def encode_images(model, processor, images: Sequence, batch_size: int = 128, progress: bool = False) -> torch.Tensor:
-    """L2-normalised image embeddings."""
+def encode_images(model, processor, images, batch_size: int = 128, progress: bool = False) -> torch.Tensor:
+    """L2-normalised image embeddings (CPU float32); `images` is a list or a `datasets` image column."""
 
     def embed(batch):
-        return model.get_image_features(**processor(images=batch).to(model.device)).pooler_output
+        pixels = processor(images=[image.convert("RGB") for image in batch], return_tensors="pt")
+        return model.get_image_features(**pixels.to(model.device)).pooler_output
 
     return _encode(images, embed, batch_size, progress, "images")
 
 
 def prefix_scores(image_embeds: torch.Tensor, prefixes: Sequence[Sequence[str]], encode) -> list[list[float]]:
-    """Cosine similarity of image i with each of its cumulative caption prefixes t_1..t_K (ragged over images)."""
+    """Cosine similarity of image i with each of its texts `prefixes[i]` (ragged over images)."""
     flat = [text for group in prefixes for text in group]
-    owners = torch.tensor([i for i, group in enumerate(prefixes) for _ in group])
+    owners = torch.tensor([i for i, group in enumerate(prefixes) for _ in group], dtype=torch.long)
     scores = (encode(flat) * image_embeds[owners]).sum(dim=-1).tolist()
     out, start = [], 0
     for group in prefixes:
@@ -49,47 +78,226 @@ def prefix_scores(image_embeds: torch.Tensor, prefixes: Sequence[Sequence[str]],
     return out
 
 
-def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, progress: bool = True) -> dict:
-    """R@1 both ways on full captions, HiMo@2 / HiMo@3 (Eq. 6) on K cumulative segments, HiMo@K (Eq. 5) on all
-    sentence prefixes, and the mean similarity at each prefix length (for plots).
+# ---------------------------------------------------------------------------------------------------------------
+# Tasks: each takes the dataset, an `encode(texts)` function and the image embeddings (or computes what it needs)
+# ---------------------------------------------------------------------------------------------------------------
+def _prefixes(dataset) -> list[list[str]]:
+    """Each row's cumulative caption prefixes: its `subtexts` if given (HiMo-Docci), else one per sentence."""
+    if "subtexts" in dataset.column_names:
+        return [list(subtexts) for subtexts in dataset["subtexts"]]
+    return [[" ".join(sentences[:end]) for end in range(1, len(sentences) + 1)] for sentences in dataset["sentences"]]
 
-    `dataset` rows need `image`, `caption` and `sentences`.
+
+def retrieval_task(dataset, encode, image_embeds) -> dict:
+    """Recall@1/5/10 both ways and RSUM over `captions` (several per image, an image hit if any is ranked) or the
+    single `caption`."""
+    if "captions" in dataset.column_names:
+        groups = dataset["captions"]
+        texts = [text for group in groups for text in group]
+        owners = [i for i, group in enumerate(groups) for _ in group]
+    else:
+        texts, owners = dataset["caption"], list(range(len(dataset)))
+    return long_text_retrieval(image_embeds, encode(texts), owners)
+
+
+def himo_task(dataset, encode, image_embeds) -> dict:
+    """HiMo@2 and HiMo@3 (Eq. 6, K segments of the prefixes) and HiMo@K (Eq. 5, Pearson over every prefix) on the
+    rows long enough for each; plus the mean similarity at each prefix index (HiMo-CLIP Fig. 3)."""
+    prefixes = _prefixes(dataset)
+    scores = prefix_scores(image_embeds, prefixes, encode)
+    results = {}
+    for k in (2, 3):
+        rows = [row for row in scores if len(row) >= k]
+        if rows:
+            segmented = [[row[end - 1] for end in segment_ends(len(row), k)] for row in rows]
+            results[f"himo@{k}"] = himo_at_k(segmented, method="accuracy")["himo_at_k"]
+    long_rows = [row for row in scores if len(row) >= 4]
+    if long_rows:
+        pearson = himo_at_k(long_rows, method="pearson")
+        results.update({"himo@k": pearson["himo_at_k"], "himo@k_num_samples": pearson["num_samples"]})
+    longest = max(len(row) for row in scores)
+    results["mean_similarity_by_prefix"] = [
+        sum(row[k] for row in scores if len(row) > k) / sum(len(row) > k for row in scores) for k in range(longest)
+    ]
+    return results
+
+
+def ssi_task(dataset, encode, image_embeds, position: str = "end") -> dict:
+    """Semantic Stability Index (HiMo-CLIP Eq. 22): the relative score change of each caption prefix when the row's
+    off-topic `distractor` sentence is inserted at its `position` ("start" or "end")."""
+    if position not in ("start", "end"):
+        raise ValueError(f"position must be 'start' or 'end', got {position!r}")
+    prefixes = _prefixes(dataset)
+    noisy = [[f"{distractor} {text}" if position == "start" else f"{text} {distractor}" for text in group]
+             for group, distractor in zip(prefixes, dataset["distractor"])]
+    original, perturbed = prefix_scores(image_embeds, prefixes, encode), prefix_scores(image_embeds, noisy, encode)
+    # Eq. 22 divides by the original score: rows with a score <= 0 have no SSI, and are counted, not hidden.
+    kept = [i for i, row in enumerate(original) if min(row) > 0]
+    if not kept:
+        return {"ssi": float("nan"), "num_samples": 0, "num_excluded_nonpositive": len(original), "position": position}
+    return {**ssi([original[i] for i in kept], [perturbed[i] for i in kept]),
+            "num_excluded_nonpositive": len(original) - len(kept), "position": position}
+
+
+def hierarcaps_task(dataset, encode, image_embeds) -> dict:
+    """HierarCaps hierarchical retrieval over the pool of every level text, root = the empty text."""
+    chains = [list(levels) for levels in dataset["levels"]]
+    texts, pool_embeds, chain_index = text_pool(chains, encode([text for chain in chains for text in chain])
+                                                .reshape(len(chains), len(chains[0]), -1))
+    return hierarcaps(image_embeds, pool_embeds, chain_index, encode([""])[0])
+
+
+def zero_shot_task(dataset, encode, image_embeds, classnames: Sequence[str], templates: Sequence[str]) -> dict:
+    """Top-1/top-5 accuracy of the `label` column against prompt-ensembled class embeddings."""
+    prompts = format_prompts(classnames, templates)
+    flat = encode([prompt for group in prompts for prompt in group]).reshape(len(classnames), len(templates), -1)
+    ks = (1, 5) if len(classnames) >= 5 else (1,)
+    return zero_shot_classification(image_embeds, class_embeddings(flat), dataset["label"], ks=ks)
+
+
+def cola_task(model, processor, dataset, encode, batch_size: int, progress: bool) -> dict:
+    """COLA multi-object accuracy on rows with two `images` and their two `captions`."""
+    pairs = dataset["images"]
+    images = encode_images(model, processor, [image for pair in pairs for image in pair], batch_size, progress)
+    texts = encode([text for pair in dataset["captions"] for text in pair])
+    scores = torch.einsum("nid,ncd->nic", images.reshape(len(pairs), 2, -1), texts.reshape(len(pairs), 2, -1))
+    return cola_multi(scores)
+
+
+def hard_negative_pairs(dataset) -> list[dict]:
+    """COLA-style rows from the synthetic scenes: the two scenes of a group differ only in their last object."""
+    groups: dict[int, list[int]] = {}
+    for index, group in enumerate(dataset["group_id"]):
+        groups.setdefault(group, []).append(index)
+    pairs = [indices for indices in groups.values() if len(indices) == 2]
+    return [{"images": [dataset[i]["image"] for i in pair], "captions": [dataset[i]["caption"] for i in pair]}
+            for pair in pairs]
+
+
+def available_tasks(dataset) -> tuple[str, ...]:
+    """The tasks whose inputs the rows carry."""
+    columns = set(dataset.column_names)
+    needs = {
+        "retrieval": {"image", "caption"},
+        "himo": {"image"},
+        "ssi": {"image", "distractor"},
+        "hierarcaps": {"image", "levels"},
+        "zero_shot": {"image", "label"},
+        "cola": {"images", "captions"},
+    }
+    tasks = [task for task, columns_needed in needs.items() if columns_needed <= columns]
+    if "himo" in tasks and not ({"subtexts", "sentences"} & columns and max(map(len, _prefixes(dataset))) >= 2):
+        tasks.remove("himo")  # no row has two prefixes to compare
+    if "cola" not in tasks and {"group_id", "image", "caption"} <= columns:
+        tasks.append("cola")  # synthetic hard-negative pairs
+    return tuple(task for task in TASKS if task in tasks)
+
+
+@torch.no_grad()
+def evaluate_dataset(
+    model,
+    processor,
+    dataset,
+    tasks: Sequence[str] | None = None,
+    batch_size: int = 64,
+    progress: bool = True,
+    classnames: Sequence[str] | None = None,
+    templates: Sequence[str] = ("a photo of a {}.",),
+) -> dict[str, dict]:
+    """Run every task of `tasks` (default: all the rows support, see `available_tasks`) and return their metrics.
+
+    Zero-shot classification takes its `classnames` from the `label` column's ClassLabel names unless given.
     """
+    supported = available_tasks(dataset)
+    tasks = tuple(tasks) if tasks is not None else supported
+    unsupported = [task for task in tasks if task not in supported]
+    if unsupported:
+        raise ValueError(f"tasks {unsupported} need columns this dataset lacks (it has {dataset.column_names}); "
+                         f"possible here: {list(supported)}")
     model.eval()
 
     def encode(texts):
         return encode_texts(model, processor, texts, batch_size, progress)
 
-    image_embeds = encode_images(model, processor, dataset["image"], batch_size, progress)
+    report = {}
+    image_embeds = None
+    if any(task != "cola" for task in tasks):
+        image_embeds = encode_images(model, processor, _ImageColumn(dataset), batch_size, progress)
+    for task in tqdm(tasks, desc="tasks", disable=not progress):
+        if task == "retrieval":
+            report[task] = retrieval_task(dataset, encode, image_embeds)
+        elif task == "himo":
+            report[task] = himo_task(dataset, encode, image_embeds)
+        elif task == "ssi":
+            report[task] = ssi_task(dataset, encode, image_embeds)
+        elif task == "hierarcaps":
+            report[task] = hierarcaps_task(dataset, encode, image_embeds)
+        elif task == "zero_shot":
+            names = classnames or dataset.features["label"].names
+            report[task] = zero_shot_task(dataset, encode, image_embeds, names, templates)
+        elif task == "cola":
+            rows = dataset if "images" in dataset.column_names else _Rows(hard_negative_pairs(dataset))
+            report[task] = cola_task(model, processor, rows, encode, batch_size, progress)
+    return report
+
+
+class _ImageColumn:
+    """A dataset's `image` column read lazily, slice by slice (so a 30k-image benchmark is never decoded whole)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index: slice):
+        return self.dataset[index]["image"]
+
+
+class _Rows:
+    """Column access over a list of row dicts, the way `cola_task` reads a dataset."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = rows
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, column: str):
+        return [row[column] for row in self.rows]
+
+
+def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, progress: bool = True) -> dict:
+    """The main job's summary: R@1 both ways on full captions, HiMo@2 / HiMo@3 (Eq. 6) on K cumulative segments,
+    HiMo@K (Eq. 5) on all sentence prefixes, and the mean similarity at each prefix length (for plots)."""
+    model.eval()
+
+    def encode(texts):
+        return encode_texts(model, processor, texts, batch_size, progress)
+
+    image_embeds = encode_images(model, processor, _ImageColumn(dataset), batch_size, progress)
     similarity = image_embeds @ encode(dataset["caption"]).T
-    sentences = dataset["sentences"]
-    all_prefixes = [cumulative_segments(s, len(s)) for s in sentences]
-    scores = prefix_scores(image_embeds, all_prefixes, encode)
-    results = {
-        "r1_i2t": recall_at_k(similarity, 1),
-        "r1_t2i": recall_at_k(similarity.T, 1),
-    }
-    for k in (2, 3):  # the K-segment prefixes t_k are among the sentence prefixes already scored
-        segment_scores = [
-            [score[prefixes.index(text)] for text in cumulative_segments(sents, k)]
-            for score, prefixes, sents in zip(scores, all_prefixes, sentences)
-        ]
-        results[f"himo@{k}"] = himo_at_k(segment_scores, method="accuracy")["himo_at_k"]
-    results["himo@k"] = himo_at_k(scores, method="pearson")["himo_at_k"]
-    longest = max(len(s) for s in scores)
-    results["mean_similarity_by_prefix"] = [
-        sum(s[k] for s in scores if len(s) > k) / sum(len(s) > k for s in scores) for k in range(longest)
-    ]
-    return results
+    himo = himo_task(dataset.select_columns(["sentences"]), encode, image_embeds)
+    return {"r1_i2t": recall_at_k(similarity, 1), "r1_t2i": recall_at_k(similarity.T, 1),
+            **{key: himo[key] for key in ("himo@2", "himo@3", "himo@k", "mean_similarity_by_prefix")}}
 
 
-def plot_prefix_similarity(curves: dict[str, Sequence[float]], path: str | Path, title: str = "") -> Path:
-    """Save a PNG of mean image-text similarity against the number of caption sentences, one line per model."""
+# ---------------------------------------------------------------------------------------------------------------
+# Plots and the one-command evaluation
+# ---------------------------------------------------------------------------------------------------------------
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_prefix_similarity(curves: dict[str, Sequence[float]], path: str | Path, title: str = "") -> Path:
+    """Save a PNG of mean image-text similarity against the number of caption sentences, one line per model
+    (HiMo-CLIP Fig. 3)."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, curve in curves.items():
         ax.plot(range(1, len(curve) + 1), curve, marker="o", label=name)
@@ -103,3 +311,81 @@ def plot_prefix_similarity(curves: dict[str, Sequence[float]], path: str | Path,
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_recalls(retrieval: dict, path: str | Path, title: str = "") -> Path:
+    """Save a bar chart of Recall@K, image-to-text beside text-to-image."""
+    plt = _pyplot()
+    ks = sorted(int(key.removeprefix("i2t_r")) for key in retrieval if key.startswith("i2t_r"))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    width = 0.38
+    for offset, direction, label in ((-width / 2, "i2t", "image to text"), (width / 2, "t2i", "text to image")):
+        values = [retrieval[f"{direction}_r{k}"] for k in ks]
+        bars = ax.bar([i + offset for i in range(len(ks))], values, width, label=label)
+        ax.bar_label(bars, fmt="%.1f", fontsize=8)
+    ax.set_xticks(range(len(ks)), [f"R@{k}" for k in ks])
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("recall (%)")
+    ax.set_title(title or f"Retrieval (RSUM {retrieval['rsum']:.1f})")
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def load_model(model_name_or_path: str, device: str | None = None):
+    """Any of our checkpoints (AutoModel, trust_remote_code) or a plain transformers CLIPModel, with its processor,
+    in eval mode on `device` (default: CUDA when available)."""
+    from transformers import AutoModel, AutoProcessor
+
+    model = AutoModel.from_pretrained(model_name_or_path, trust_remote_code=True)
+    processor = AutoProcessor.from_pretrained(model_name_or_path, trust_remote_code=True)
+    if not (hasattr(model, "get_text_features") and hasattr(model, "get_image_features")):
+        raise ValueError(f"{model_name_or_path} is a {type(model).__name__}: not a CLIP-style dual encoder")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return model.to(device).eval(), processor
+
+
+def load_eval_dataset(name: str, data_dir: str | None = None, split: str | None = None,
+                      max_samples: int | None = None):
+    """(dataset, number of skipped corrupt images, zero-shot class names and templates) for a benchmark name:
+    one of `hf_longclip.data.benchmarks.BENCHMARKS` (files under `data_dir`) or "synthetic" (generated;
+    `data_dir` is then its cache)."""
+    if name == "synthetic":
+        from .data.synthetic import CLASS_TEMPLATES, CLASSNAMES, load_synthetic_scenes
+
+        dataset = load_synthetic_scenes(cache_dir=data_dir)[split or "test"]
+        if max_samples is not None:
+            dataset = dataset.select(range(min(max_samples, len(dataset))))
+        return dataset, 0, CLASSNAMES, CLASS_TEMPLATES
+    from .data.benchmarks import load_benchmark
+
+    if data_dir is None:
+        raise ValueError(f"--data-dir is required for the {name!r} benchmark")
+    benchmark = load_benchmark(name, data_dir, split=split, max_samples=max_samples)
+    return benchmark.dataset, benchmark.num_skipped, None, ("a photo of a {}.",)
+
+
+def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | None = None,
+                   output_dir: str | Path = "eval", split: str | None = None, max_samples: int | None = None,
+                   tasks: Sequence[str] | None = None, batch_size: int = 64, device: str | None = None,
+                   progress: bool = True) -> dict:
+    """Evaluate a model on a benchmark; write `report.json` and the plots into `output_dir`; return the report."""
+    model, processor = load_model(model_name_or_path, device)
+    dataset, num_skipped, classnames, templates = load_eval_dataset(dataset_name, data_dir, split, max_samples)
+    metrics = evaluate_dataset(model, processor, dataset, tasks, batch_size, progress, classnames, templates)
+    report = {"model": str(model_name_or_path), "dataset": dataset_name, "split": split, "num_samples": len(dataset),
+              "num_skipped_images": num_skipped, "metrics": metrics, "plots": []}
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    name = Path(str(model_name_or_path)).name
+    if "retrieval" in metrics:
+        report["plots"].append(str(plot_recalls(metrics["retrieval"], output_dir / "recall.png",
+                                                f"{name} on {dataset_name}")))
+    if "himo" in metrics:
+        report["plots"].append(str(plot_prefix_similarity({name: metrics["himo"]["mean_similarity_by_prefix"]},
+                                                          output_dir / "himo_prefix_similarity.png")))
+    (output_dir / "report.json").write_text(json.dumps(report, indent=2))
+    return report

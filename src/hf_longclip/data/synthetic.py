@@ -5,7 +5,9 @@ Each scene is a few coloured shapes on a light background. Its caption is a glob
 object in salience order (larger bounding box first, ties by grid cell in reading order), often longer than 77
 tokens. Scenes come in pairs sharing `group_id`: the second is a hard negative in which only the least salient
 object (the last sentence) changes colour or shape. Rows also carry the cumulative caption prefixes (HiMo@K), one
-box per object sentence (grounding), 4 graded descriptions (HierarCaps-style) and an off-topic sentence (SSI).
+box per object sentence (grounding), 4 graded descriptions (HierarCaps-style), an off-topic sentence (SSI), three
+captions of the same scene worded differently (multi-caption retrieval) and the colour and shape of the most salient
+object as a class label (zero-shot classification over `CLASSNAMES` with `CLASS_TEMPLATES`).
 """
 
 from __future__ import annotations
@@ -89,6 +91,9 @@ DISTRACTORS = (
     "The recipe needs eggs, flour, butter and a pinch of salt.",
     "Tomorrow the weather will be windy with occasional showers.",
 )
+NUM_CAPTIONS = 3  # the caption, then rewordings with other templates (multi-caption retrieval, as COCO's 5)
+CLASSNAMES = tuple(f"{color} {shape}" for color in COLORS for shape in SHAPES)
+CLASS_TEMPLATES = ("a picture of shapes with a {}.", "a picture of shapes with a large {}.")
 SPLITS = {
     datasets.Split.TRAIN: "num_train", datasets.Split.VALIDATION: "num_validation", datasets.Split.TEST: "num_test",
 }
@@ -219,9 +224,16 @@ def scene_levels(scene: Scene) -> list[str]:
                             background=scene.background, objects=objects) for template in LEVEL_TEMPLATES]
 
 
-def scene_row(scene: Scene, image_size: int, group_id: int) -> dict:
+def reworded(scene: Scene, rng: random.Random) -> Scene:
+    """The same scene described with freshly drawn sentence templates."""
+    objects = tuple(replace(obj, template=rng.randrange(len(OBJECT_TEMPLATES))) for obj in scene.objects)
+    return replace(scene, template=rng.randrange(len(GLOBAL_TEMPLATES)), objects=objects)
+
+
+def scene_row(scene: Scene, image_size: int, group_id: int, rewording_rng: random.Random) -> dict:
     """A dataset row (see `FEATURES`)."""
     sentences = scene_sentences(scene)
+    rewordings = [" ".join(scene_sentences(reworded(scene, rewording_rng))) for _ in range(NUM_CAPTIONS - 1)]
     return {
         "image": render_scene(scene, image_size),
         "caption": " ".join(sentences),
@@ -231,6 +243,8 @@ def scene_row(scene: Scene, image_size: int, group_id: int) -> dict:
         "levels": scene_levels(scene),
         "distractor": scene.distractor,
         "group_id": group_id,
+        "captions": [" ".join(sentences), *rewordings],
+        "label": CLASSNAMES.index(f"{scene.objects[0].color} {scene.objects[0].shape}"),
     }
 
 
@@ -243,6 +257,8 @@ FEATURES = datasets.Features({
     "levels": datasets.List(datasets.Value("string"), length=len(LEVEL_TEMPLATES)),
     "distractor": datasets.Value("string"),
     "group_id": datasets.Value("int32"),
+    "captions": datasets.List(datasets.Value("string"), length=NUM_CAPTIONS),
+    "label": datasets.ClassLabel(names=list(CLASSNAMES)),
 })
 
 
@@ -296,7 +312,9 @@ class SyntheticScenes(datasets.GeneratorBasedBuilder):
             scene = sample_scene(rng, config.min_objects, config.max_objects)
             if member:
                 scene = hard_negative(scene, rng)
-            yield index, scene_row(scene, config.image_size, group)
+            # Rewordings draw from their own stream, leaving every other field as it was without them.
+            rewording_rng = random.Random(f"hf_longclip.synthetic_scenes/{config.seed}/{split}/{index}/captions")
+            yield index, scene_row(scene, config.image_size, group, rewording_rng)
 
 
 def load_synthetic_scenes(seed: int = 0, cache_dir: str | None = None, **config_kwargs) -> datasets.DatasetDict:

@@ -16,21 +16,23 @@ def split_sentences(text: str) -> list[str]:
     return [part.strip() for part in _SENTENCE_END.split(text) if part.strip()]
 
 
-def cumulative_segments(sentences: list[str], k: int) -> list[str]:
-    """Return the K cumulative prefix texts t_1..t_K of HiMo-CLIP Sec. 4.2.
-
-    The n sentences are divided into K contiguous segments of n // K sentences each, the remainder
-    n % K going one each to the last segments (n=5, K=3 -> [1], [2-3], [4-5]); t_k joins the first
-    k segments with single spaces.
-    """
-    n = len(sentences)
+def segment_ends(n: int, k: int) -> list[int]:
+    """Number of sentences in each cumulative prefix t_1..t_K when n sentences are cut into K contiguous segments
+    (HiMo-CLIP Sec. 4.2): n // K sentences each, the remainder n % K going one each to the last segments
+    (n=5, K=3 -> [1, 3, 5])."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got k={k}")
     if n < k:
         raise ValueError(f"need at least k={k} sentences to build {k} segments, got {n}")
     base, remainder = divmod(n, k)
-    prefixes, end = [], 0
+    ends, end = [], 0
     for index in range(k):
         end += base + (1 if index >= k - remainder else 0)
-        prefixes.append(" ".join(sentences[:end]))
-    return prefixes
+        ends.append(end)
+    return ends
+
+
+def cumulative_segments(sentences: list[str], k: int) -> list[str]:
+    """Return the K cumulative prefix texts t_1..t_K of HiMo-CLIP Sec. 4.2 (segments as in `segment_ends`); t_k
+    joins the first k segments with single spaces."""
+    return [" ".join(sentences[:end]) for end in segment_ends(len(sentences), k)]

@@ -1,6 +1,18 @@
-"""Retrieval recall for one-to-one image-text pairs."""
+"""Image-text retrieval recall: one-to-one pairs (`recall_at_k`) and several captions per image
+(`long_text_retrieval`, the COCO / Flickr30K / Urban1k / DOCCI protocol of HiMo-CLIP Tables 1-2, OneLIP Tables 1-2,
+DITM Sec. IV-B and F-CAST Table 1), computed query chunk by query chunk so that memory stays bounded."""
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
 import torch
+
+# Default budget of one chunk's score matrix, in elements (float32: 64 MiB; ranks are counted in place in it).
+CHUNK_ELEMENTS = 1 << 24
+# Counts of 1.0s summed in float32 are exact below this many entries per row.
+EXACT_FLOAT_COUNT = 1 << 24
 
 
 def recall_at_k(similarity: torch.Tensor, k: int = 1) -> float:
@@ -14,3 +26,155 @@ def recall_at_k(similarity: torch.Tensor, k: int = 1) -> float:
     # rank of the paired item = number of items scored strictly higher (ties count in the query's favour)
     rank = (similarity > paired).sum(dim=1)
     return (rank < k).double().mean().item() * 100
+
+
+def as_embeddings(value, name: str, ndim: int = 2) -> torch.Tensor:
+    """``value`` (tensor, array or nested lists) as a finite float tensor of ``ndim`` dims with no empty dimension.
+
+    float64 stays float64; every other dtype (integers, float16, bfloat16) becomes float32. Raises ValueError naming
+    ``name`` for a wrong number of dimensions, an empty dimension, ragged rows, or NaN/inf.
+    """
+    try:
+        tensor = value.detach().cpu() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name} must be a numeric array of {ndim} dims (ragged rows?): {error}") from None
+    if tensor.dtype == torch.bool or tensor.is_complex():
+        raise ValueError(f"{name} must be real numbers, got dtype {tensor.dtype}")
+    tensor = tensor if tensor.dtype == torch.float64 else tensor.float()
+    if tensor.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dims, got shape {tuple(tensor.shape)}")
+    if tensor.numel() == 0:
+        raise ValueError(f"{name} is empty: shape {tuple(tensor.shape)}")
+    # amax / amin propagate NaN and return inf if any; unlike torch.isfinite they need no copy of the tensor
+    if not (torch.isfinite(tensor.amax()) and torch.isfinite(tensor.amin())):
+        raise ValueError(f"{name} contains NaN or inf")
+    return tensor
+
+
+def as_index(value, name: str, length: int, upper: int, upper_name: str) -> torch.Tensor:
+    """``value`` as a 1-D int64 tensor of ``length`` entries in [0, upper); ValueError naming ``name`` otherwise."""
+    try:
+        array = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name} must be a 1-D list of integers: {error}") from None
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {array.shape}")
+    if len(array) != length:
+        raise ValueError(f"{name} has {len(array)} entries, expected {length}")
+    if length and not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"{name} must hold integers, got dtype {array.dtype}")
+    index = torch.as_tensor(array.astype(np.int64))
+    bad = (index < 0) | (index >= upper)
+    if bad.any():
+        first = int(torch.nonzero(bad)[0])
+        raise ValueError(
+            f"{name}[{first}] = {int(index[first])} is out of range: must be in [0, {upper}) ({upper_name})"
+        )
+    return index
+
+
+def _count_above(scores: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """Per row, the number of ``scores`` strictly above ``threshold`` (rows, 1); overwrites ``scores``.
+
+    ``gt_`` writes 1.0 / 0.0 in place and the sum stays in the scores' dtype: no bool matrix and no int64 copy of it
+    (``(scores > t).sum(1)`` needs both, 9 more bytes per score). Exact while a row has fewer than 2**24 entries
+    (float32 integers); longer rows take the plain way.
+    """
+    if scores.shape[1] >= EXACT_FLOAT_COUNT:
+        return (scores > threshold).sum(dim=1)
+    return scores.gt_(threshold).sum(dim=1).long()
+
+
+def _check_ks(ks: Sequence[int]) -> tuple[int, ...]:
+    ks = tuple(ks)
+    if not ks or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in ks):
+        raise ValueError(f"ks must be a non-empty sequence of positive integers, got {ks}")
+    return tuple(int(k) for k in ks)
+
+
+def _chunk_rows(chunk_size: int | None, num_queries: int, num_items: int) -> int:
+    if chunk_size is None:
+        return max(1, min(num_queries, CHUNK_ELEMENTS // num_items))
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+    return int(chunk_size)
+
+
+def long_text_retrieval(
+    image_embeds,
+    text_embeds,
+    text_to_image,
+    ks: Sequence[int] = (1, 5, 10),
+    chunk_size: int | None = None,
+) -> dict[str, float | int]:
+    """Recall@K both ways when each image has one or more captions (COCO / Flickr30K: 5 per image).
+
+    - ``image_embeds`` (num_images, d) and ``text_embeds`` (num_texts, d): the score of a pair is the dot product,
+      i.e. the cosine similarity for L2-normalised embeddings, which is what every paper uses; the embeddings are
+      NOT normalised here (pass normalised ones).
+    - ``text_to_image`` (num_texts,): the index of each caption's image. Every image needs at least one caption
+      (a ValueError names the first image without one).
+    - image-to-text: image i is a hit at K if ANY of its captions is among its K best-scored texts;
+      text-to-image: caption t is a hit at K if its image is among its K best-scored images.
+      The rank of the positive is the number of candidates scored strictly higher, so ties count in the query's
+      favour (as `recall_at_k`); with one caption per image both directions equal `recall_at_k`.
+    - Computed over chunks of queries: one chunk's (chunk, num_candidates) score matrix at a time, never the full
+      matrix. ``chunk_size=None`` picks the number of queries so that a chunk holds at most ``CHUNK_ELEMENTS``
+      (2**24) scores: about 64 MiB of float32 at peak beyond the inputs, whatever their size (ranks are counted in
+      place in the chunk). float32 and float64 inputs mixed are both cast to float64 (a copy).
+
+    Returns ``{"i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum", "num_images", "num_texts"}``
+    (keys follow ``ks``): recalls in percent, ``rsum`` the sum of all the recalls (RSUM of DITM Sec. IV-B).
+    """
+    ks = _check_ks(ks)
+    images = as_embeddings(image_embeds, "image_embeds")
+    texts = as_embeddings(text_embeds, "text_embeds")
+    if images.shape[1] != texts.shape[1]:
+        raise ValueError(
+            f"embedding dims differ: image_embeds has dim {images.shape[1]}, text_embeds has dim {texts.shape[1]}"
+        )
+    if images.dtype != texts.dtype:
+        images, texts = images.double(), texts.double()
+    num_images, num_texts = images.shape[0], texts.shape[0]
+    owner = as_index(text_to_image, "text_to_image", num_texts, num_images, "num_images")
+    captions_per_image = torch.bincount(owner, minlength=num_images)
+    if (captions_per_image == 0).any():
+        missing = torch.nonzero(captions_per_image == 0).flatten()
+        raise ValueError(
+            f"{len(missing)} image(s) have no caption in text_to_image, first: image {int(missing[0])}; "
+            "every image needs at least one caption"
+        )
+
+    # captions grouped by image: those of image i are by_image[starts[i]:starts[i + 1]]
+    by_image = torch.argsort(owner, stable=True)
+    starts = torch.zeros(num_images + 1, dtype=torch.int64)
+    starts[1:] = torch.cumsum(captions_per_image, 0)
+
+    i2t_rank = torch.empty(num_images, dtype=torch.int64)
+    step = _chunk_rows(chunk_size, num_images, num_texts)
+    for lo in range(0, num_images, step):
+        hi = min(lo + step, num_images)
+        scores = images[lo:hi] @ texts.T
+        positives = by_image[starts[lo] : starts[hi]]
+        rows = owner[positives] - lo
+        best = torch.full((hi - lo,), -torch.inf, dtype=scores.dtype)
+        best.scatter_reduce_(0, rows, scores[rows, positives], reduce="amax")
+        i2t_rank[lo:hi] = _count_above(scores, best.unsqueeze(1))
+        del scores  # before the next chunk's scores exist
+
+    t2i_rank = torch.empty(num_texts, dtype=torch.int64)
+    step = _chunk_rows(chunk_size, num_texts, num_images)
+    for lo in range(0, num_texts, step):
+        hi = min(lo + step, num_texts)
+        scores = texts[lo:hi] @ images.T
+        t2i_rank[lo:hi] = _count_above(scores, scores.gather(1, owner[lo:hi].unsqueeze(1)))
+        del scores
+
+    result: dict[str, float | int] = {}
+    for direction, rank in (("i2t", i2t_rank), ("t2i", t2i_rank)):
+        for k in ks:
+            result[f"{direction}_r{k}"] = (rank < k).double().mean().item() * 100
+    result["rsum"] = sum(result.values())
+    result["num_images"] = num_images
+    result["num_texts"] = num_texts
+    return result

@@ -1,0 +1,39 @@
+"""COLA multi-object accuracy (Ray et al., NeurIPS 2023, "Cola: A Benchmark for Compositional Text-to-image
+Retrieval"), as ``ColaMultiObjAcc`` of ``scripts/eval.py`` in https://github.com/arijitray1993/COLA."""
+
+from __future__ import annotations
+
+import numpy as np
+
+DIRECTIONS = ("text_to_image", "image_to_text", "group")
+
+
+def cola_multi(scores, direction: str = "text_to_image") -> dict[str, float | int]:
+    """Percent of image pairs matched correctly; ``scores[n][i][c]`` is the score of image i with caption c of pair n,
+    shape (N, 2, 2); caption c describes image c and the two captions swap the objects' attributes.
+
+    - ``"text_to_image"`` (default, COLA's metric): correct iff each caption scores higher with its own image,
+      ``s[0,0] > s[1,0] and s[1,1] > s[0,1]`` (``image_correct = im0_c0 > im1_c0 and im1_c1 > im0_c1`` in
+      ``ColaMultiObjAcc``).
+    - ``"image_to_text"``: each image scores higher with its own caption, ``s[0,0] > s[0,1] and s[1,1] > s[1,0]``.
+    - ``"group"``: both of the above.
+
+    Comparisons are strict: a tie is wrong. Returns ``{"accuracy": percent, "num_samples": N}``.
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"unknown direction {direction!r}; expected one of {DIRECTIONS}")
+    try:
+        s = np.asarray(scores, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("scores must be a numeric array of shape (N, 2, 2) (ragged input?)") from None
+    if s.ndim != 3 or s.shape[1:] != (2, 2):
+        raise ValueError(f"scores must have shape (N, 2, 2) = [pair][image][caption], got {s.shape}")
+    if s.shape[0] == 0:
+        raise ValueError("scores is empty: need at least one image pair")
+    if not np.all(np.isfinite(s)):
+        raise ValueError("scores contains NaN or inf")
+    text_to_image = (s[:, 0, 0] > s[:, 1, 0]) & (s[:, 1, 1] > s[:, 0, 1])
+    image_to_text = (s[:, 0, 0] > s[:, 0, 1]) & (s[:, 1, 1] > s[:, 1, 0])
+    correct = {"text_to_image": text_to_image, "image_to_text": image_to_text,
+               "group": text_to_image & image_to_text}[direction]
+    return {"accuracy": float(correct.mean() * 100), "num_samples": int(s.shape[0])}

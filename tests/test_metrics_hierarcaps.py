@@ -1,0 +1,213 @@
+"""HierarCaps metrics: Kendall tau-b by hand, a hand-built geometry, and a transcription of the authors' evaluation
+loop (github.com/TAU-VAILab/hierarcaps, code/evaluation/hierarchical_retrieval.py) on random data."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hf_longclip.metrics import hierarcaps, kendall_tau_b, text_pool
+
+
+@pytest.mark.parametrize(
+    "x, y, expected",
+    [
+        ([1, 2, 3, 4], [1, 2, 3, 4], 1.0),
+        ([4, 3, 2, 1], [1, 2, 3, 4], -1.0),
+        ([2, 1, 3, 4], [1, 2, 3, 4], 2 / 3),  # 5 concordant, 1 discordant of 6 pairs
+        ([0.3, 0.1, 0.2, 0.4], [1, 2, 3, 4], 1 / 3),  # P = 4, Q = 2
+        ([1, 1, 2, 3], [1, 2, 3, 4], 5 / math.sqrt(5 * 6)),  # one pair tied in x: P = 5, T_x = 1
+        ([1, 1, 2, 2], [1, 2, 2, 3], 3 / math.sqrt(5 * 4)),  # P = 3, Q = 0, T_x = 2, T_y = 1
+        ([1, 2, 3], [3, 1, 2], -1 / 3),  # P = 1, Q = 2
+    ],
+)
+def test_kendall_tau_b_by_hand(x, y, expected):
+    assert kendall_tau_b(x, y) == pytest.approx(expected)
+    assert kendall_tau_b(y, x) == pytest.approx(expected)
+
+
+def test_kendall_tau_b_degenerate():
+    assert math.isnan(kendall_tau_b([1, 1, 1, 1], [1, 2, 3, 4]))
+    with pytest.raises(ValueError, match="same length >= 2"):
+        kendall_tau_b([1, 2, 3], [1, 2])
+
+
+def test_argsort_of_radii_gives_the_same_tau():
+    """The reference code correlates radii.argsort() (not the radii) with [1, 2, 3, 4]: equal without ties."""
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        radii = rng.random(4)
+        assert kendall_tau_b(np.argsort(radii), [1, 2, 3, 4]) == pytest.approx(kendall_tau_b(radii, [1, 2, 3, 4]))
+
+
+def direction(plane_axis: int, degrees: float) -> np.ndarray:
+    """Unit vector at ``degrees`` from the root e_0 towards e_{plane_axis}."""
+    v = np.zeros(3)
+    v[0], v[plane_axis] = math.cos(math.radians(degrees)), math.sin(math.radians(degrees))
+    return v
+
+
+# Root e_0. Chain A lies towards e_1 at 10, 20, 30, 40 degrees from the root, its image at 27 degrees; chain B
+# towards e_2 at 5, 35, 50, 60 degrees, its image at 57 degrees. The radius grows with the angle, so the thresholds
+# uncover B1 (5), A1, A2, A3, B2, A4, B3, B4 in this order.
+# Image A retrieves B1 (the only text in reach), then A1, A2, A3 (3 degrees away; B2, A4 and the rest are farther):
+#   precision 3/4, levels 1-3 recalled. Image B retrieves B1 (A's texts are all worse), B2, B3, B4: precision 1.
+# d_corr: both chains' radii increase -> 1. d_corr_image: A's distances to its image 17, 7, 3, 13 degrees ->
+# tau(-d, levels) = (4 - 2) / 6 = 1/3; B's 52, 22, 7, 3 -> 1; mean 2/3.
+GEOMETRY_TEXTS = [direction(1, a) for a in (10, 20, 30, 40)] + [direction(2, a) for a in (5, 35, 50, 60)]
+GEOMETRY_CHAINS = [[0, 1, 2, 3], [4, 5, 6, 7]]
+GEOMETRY_IMAGES = [direction(1, 27), direction(2, 57)]
+GEOMETRY_ROOT = np.array([1.0, 0.0, 0.0])
+
+
+def test_hand_built_geometry():
+    result = hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, GEOMETRY_CHAINS, GEOMETRY_ROOT)
+    assert result == pytest.approx({
+        "precision": (3 / 4 + 1) / 2, "recall": (3 / 4 + 1) / 2,
+        "recall_level_1": 1.0, "recall_level_2": 1.0, "recall_level_3": 1.0, "recall_level_4": 0.5,
+        "d_corr": 1.0, "d_corr_image": (1 / 3 + 1) / 2, "num_images": 2, "num_chains": 2,
+    })
+
+
+def test_embeddings_are_normalised_inside():
+    rng = np.random.default_rng(1)
+    scaled = hierarcaps(
+        np.array(GEOMETRY_IMAGES) * rng.uniform(0.1, 10, (2, 1)),
+        np.array(GEOMETRY_TEXTS) * rng.uniform(0.1, 10, (8, 1)),
+        GEOMETRY_CHAINS,
+        GEOMETRY_ROOT * 3.0,
+    )
+    assert scaled == pytest.approx(hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, GEOMETRY_CHAINS, GEOMETRY_ROOT))
+
+
+def test_one_threshold_retrieves_only_the_innermost_text():
+    result = hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, GEOMETRY_CHAINS, GEOMETRY_ROOT, num_thresholds=1)
+    assert result["precision"] == 0.5  # both retrieve B1 only: wrong for A, right for B
+    assert result["recall_level_1"] == 0.5 and result["recall_level_2"] == 0.0
+    assert result["recall"] == pytest.approx(0.125)
+
+
+def test_reversed_chain_gives_negative_d_corr():
+    reversed_chains = [chain[::-1] for chain in GEOMETRY_CHAINS]
+    result = hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, reversed_chains, GEOMETRY_ROOT)
+    assert result["d_corr"] == -1.0
+    assert result["d_corr_image"] == pytest.approx(-2 / 3)
+
+
+def test_chain_of_one_repeated_text_has_zero_correlation():
+    # all four levels the same text: radii and distances tie everywhere, tau-b is undefined and counts as 0
+    result = hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, [[2, 2, 2, 2], [4, 5, 6, 7]], GEOMETRY_ROOT)
+    assert result["d_corr"] == 0.5 and result["d_corr_image"] == 0.5
+    assert result["recall_level_4"] == 1.0  # image A retrieves text 2, its only ground truth at every level
+
+
+def reference_hierarcaps(image_embeds, chain_embeds, chain_texts, chain_to_image, root, steps):
+    """The reference `HCEvaluator.run`, transcribed: a pool of every chain's texts with repeats, string matching,
+    masked argmax per threshold, set precision, any-chain recall per level, Kendall tau of argsorted radii."""
+    norm = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    root, images, es = norm(np.asarray(root)), norm(np.asarray(image_embeds)), norm(np.asarray(chain_embeds))
+    radii = np.linalg.norm(es - root, axis=-1)  # (n, 4)
+    masks = [radii <= t for t in np.linspace(radii.min(), radii.max(), steps)]
+    texts = np.array(chain_texts, dtype=object)
+    precisions, recalls, levels = [], [], []
+    for i, image in enumerate(images):
+        sims = es @ image
+        preds = []
+        for mask in masks:
+            t = texts[mask][sims[mask].argmax()]
+            if not preds or preds[-1] != t:
+                preds.append(t)
+        gts = [texts[j] for j in range(len(texts)) if chain_to_image[j] == i]
+        s_preds, s_gts = set(preds), {t for chain in gts for t in chain}
+        tp, fp = len(s_preds & s_gts), len(s_preds - s_gts)
+        precisions.append(tp / max(1, tp + fp))
+        hits = [any(chain[level] in s_preds for chain in gts) for level in range(4)]
+        levels.append(hits)
+        recalls.append(sum(hits) / 4)
+    d_corr = np.mean([kendall_tau_b(np.argsort(row), [1, 2, 3, 4]) for row in radii])
+    return {"precision": np.mean(precisions), "recall": np.mean(recalls), "d_corr": d_corr,
+            **{f"recall_level_{level + 1}": np.mean([h[level] for h in levels]) for level in range(4)}}
+
+
+@pytest.mark.parametrize("steps", [50, 7])
+def test_matches_reference_loop_with_shared_texts_and_several_chains(steps):
+    rng = np.random.default_rng(2)
+    d, num_images = 6, 9
+    # generic levels draw from few strings ("food", "animal", ...), specific ones from many: texts are shared
+    vocab = [[f"l{level}w{w}" for w in range(n)] for level, n in enumerate((3, 5, 12, 30))]
+    embed_of = {t: rng.standard_normal(d) for words in vocab for t in words}
+    root = rng.standard_normal(d)
+    for level, words in enumerate(vocab):  # generic texts near the root, specific ones farther
+        for t in words:
+            embed_of[t] = root * (3 - level) + embed_of[t]
+    chain_to_image = np.concatenate([np.arange(num_images), rng.integers(0, num_images, 5)])
+    chain_texts = [[str(rng.choice(words)) for words in vocab] for _ in chain_to_image]
+    chain_embeds = np.array([[embed_of[t] for t in chain] for chain in chain_texts])
+    images = np.array([np.mean([embed_of[t] for c, chain in enumerate(chain_texts) if chain_to_image[c] == i
+                                for t in chain], axis=0) for i in range(num_images)]) + rng.standard_normal((9, d))
+
+    texts, text_embeds, chains = text_pool(chain_texts, chain_embeds)
+    assert len(texts) < 4 * len(chain_texts)  # strings are shared between chains
+    assert [[texts[i] for i in chain] for chain in chains.tolist()] == chain_texts
+    result = hierarcaps(images, text_embeds, chains, root, chain_to_image=chain_to_image, num_thresholds=steps)
+    expected = reference_hierarcaps(images, chain_embeds, chain_texts, chain_to_image, root, steps)
+    assert {k: result[k] for k in expected} == pytest.approx(expected)
+    assert 0 < result["precision"] < 1 and 0 < result["recall"] < 1 and 0 < result["d_corr"] <= 1
+    assert result["num_images"] == num_images and result["num_chains"] == len(chain_texts)
+
+    # d_corr_image by hand: tau of minus the distance of each chain's texts to its image
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    distances = np.linalg.norm(unit(chain_embeds) - unit(images)[chain_to_image][:, None], axis=-1)
+    expected_image = np.mean([kendall_tau_b(-row, [1, 2, 3, 4]) for row in distances])
+    assert result["d_corr_image"] == pytest.approx(expected_image)
+
+
+def test_text_pool_keeps_first_embedding_of_repeated_text():
+    embeds = torch.arange(2 * 4 * 2, dtype=torch.float32).view(2, 4, 2) + 1
+    texts, pool, chains = text_pool([["a", "b", "c", "d"], ["a", "e", "c", "f"]], embeds)
+    assert texts == ["a", "b", "c", "d", "e", "f"]
+    assert chains.tolist() == [[0, 1, 2, 3], [0, 4, 2, 5]]
+    assert torch.equal(pool[0], embeds[0, 0]) and torch.equal(pool[4], embeds[1, 1])
+
+
+G_IMAGES, G_TEXTS, G_CHAINS, G_ROOT = GEOMETRY_IMAGES, GEOMETRY_TEXTS, GEOMETRY_CHAINS, GEOMETRY_ROOT
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, message",
+    [
+        ((G_IMAGES, G_TEXTS, [[0, 1, 2], [4, 5, 6]], G_ROOT), {}, r"chains must have shape \(num_chains >= 1, 4\)"),
+        ((G_IMAGES, G_TEXTS, [[0, 1, 2, 8], [4, 5, 6, 7]], G_ROOT), {},
+         r"chains \(flattened\)\[3\] = 8 is out of range: must be in \[0, 8\) \(num_texts\)"),
+        ((G_IMAGES, G_TEXTS, G_CHAINS[:1], G_ROOT), {}, "without chain_to_image, chain c belongs to image c"),
+        ((G_IMAGES, G_TEXTS, G_CHAINS, G_ROOT), {"chain_to_image": [0]}, "chain_to_image has 1 entries, expected 2"),
+        ((G_IMAGES, G_TEXTS, G_CHAINS, G_ROOT), {"chain_to_image": [1, 1]}, "image 0 has no chain"),
+        ((G_IMAGES, G_TEXTS, G_CHAINS, G_ROOT), {"chain_to_image": [0, 2]}, r"chain_to_image\[1\] = 2 is out of range"),
+        ((G_IMAGES, G_TEXTS, G_CHAINS, np.zeros(3)), {}, "root_embed has a zero vector"),
+        ((G_IMAGES, G_TEXTS, G_CHAINS, np.ones(4)), {}, "embedding dims differ: image_embeds has dim 3, root_embed"),
+        ((G_IMAGES, np.ones((8, 2)), G_CHAINS, G_ROOT), {}, "embedding dims differ: image_embeds has dim 3, text_emb"),
+        ((G_IMAGES, G_TEXTS, G_CHAINS, [[1.0, 0.0, 0.0]]), {}, "root_embed must have 1 dims"),
+        (([[np.nan, 0, 1], [0, 1, 0]], G_TEXTS, G_CHAINS, G_ROOT), {}, "image_embeds contains NaN or inf"),
+        ((G_IMAGES, G_TEXTS, G_CHAINS, G_ROOT), {"num_thresholds": 0}, "num_thresholds must be a positive integer"),
+    ],
+)
+def test_bad_inputs_raise(args, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        hierarcaps(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "chain_texts, embeds, message",
+    [
+        ([["a", "b", "c", "d"]], np.ones((2, 4, 3)), r"chain_embeds must have shape \(num_chains=1, 4, dim\)"),
+        ([["a", "b", "c", "d"]], np.ones((1, 3, 3)), r"chain_embeds must have shape \(num_chains=1, 4, dim\)"),
+        ([["a", "b", "c"]], np.ones((1, 4, 3)), r"chain_texts\[0\] must be a list of 4 strings"),
+        (["abcd"], np.ones((1, 4, 3)), r"chain_texts\[0\] must be a list of 4 strings"),
+        ([["a", "b", "c", 4]], np.ones((1, 4, 3)), r"chain_texts\[0\] must be a list of 4 strings"),
+        ([["a", "b", "c", "d"]], np.ones((1, 4)), "chain_embeds must have 3 dims"),
+    ],
+)
+def test_text_pool_bad_inputs(chain_texts, embeds, message):
+    with pytest.raises(ValueError, match=message):
+        text_pool(chain_texts, embeds)
