@@ -77,7 +77,7 @@ def single_process(tmp_path_factory, datasets_cache) -> Path:
 
 
 @pytest.mark.parametrize("engine", [
-    pytest.param(["--multi_gpu"], id="ddp"),  # on a CPU machine: gloo MULTI_CPU
+    pytest.param(["--config_file", str(CONFIGS / "multi_gpu.yaml")], id="ddp"),  # on a CPU machine: gloo
     pytest.param(["--config_file", str(CONFIGS / "zero2.yaml")], id="zero2", marks=needs_deepspeed),
     pytest.param(["--config_file", str(CONFIGS / "zero3.yaml")], id="zero3", marks=needs_deepspeed),
 ])
