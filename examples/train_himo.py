@@ -144,6 +144,9 @@ def main() -> None:
     if unknown or not variants:
         raise SystemExit(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
     accelerator = make_accelerator(training_args)
+    zero_stage = getattr(accelerator.state.deepspeed_plugin, "zero_stage", None)
+    if lora_args.lora_r > 0 and zero_stage == 3:
+        raise SystemExit("LoRA under ZeRO-3 is not supported (merging needs whole weights): use ZeRO-2 or DDP")
     accelerator.init_trackers("train_himo", config={**asdict(script_args), **asdict(training_args),
                                                     **asdict(lora_args)})
     output_dir = Path(training_args.output_dir)
