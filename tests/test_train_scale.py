@@ -100,14 +100,17 @@ def test_two_processes_follow_the_single_process_loss_curve(engine, single_proce
         json.loads((single_process / "results.json").read_text())["results"]["himo-clip"]["r1_i2t"])
 
 
-def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(datasets_cache, tmp_path):
+@pytest.mark.parametrize("processes", [1, 2], ids=["single", "ddp"])
+def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(processes, datasets_cache, tmp_path):
+    engine = ["--num_processes", "1"] if processes == 1 else ["--config_file", str(CONFIGS / "multi_gpu.yaml"),
+                                                               "--num_processes", "2"]
     steps = ["--max_steps", "60", "--checkpointing_steps", "10", "--save_total_limit", "2",
-             "--per_device_train_batch_size", "16", "--eval_steps", "20"]
+             "--per_device_train_batch_size", str(GLOBAL_BATCH // processes), "--eval_steps", "20"]
     uninterrupted = tmp_path / "uninterrupted"
-    run(launch_command(uninterrupted, ["--num_processes", "1"], *steps), script_env(datasets_cache), tmp_path)
+    run(launch_command(uninterrupted, engine, *steps), script_env(datasets_cache), tmp_path)
 
     interrupted = tmp_path / "interrupted"
-    command = launch_command(interrupted, ["--num_processes", "1"], *steps)
+    command = launch_command(interrupted, engine, *steps)
     process = subprocess.Popen(command, env=script_env(datasets_cache), cwd=tmp_path, start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first_checkpoint = interrupted / "checkpoints" / "himo-clip" / "step_00000010"

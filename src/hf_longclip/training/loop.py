@@ -198,11 +198,10 @@ def train(
     set_seed(args.seed)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    sampler = EpochShuffleSampler(len(train_dataset), args.seed)
     loader = DataLoader(
         train_dataset,
         batch_size=args.per_device_train_batch_size,
-        sampler=sampler,
+        sampler=EpochShuffleSampler(len(train_dataset), args.seed),
         drop_last=True,  # the contrastive gather needs equal batches on every process
         collate_fn=collate_fn,
     )
@@ -244,8 +243,7 @@ def train(
         if batches_done >= len(loader):
             epoch, batches_done = epoch + 1, 0
         batches = accelerator.skip_first_batches(loader, batches_done) if batches_done else loader
-        batches.set_epoch(epoch)  # accelerate's loaders hand their own epoch count to the sampler when they can
-        sampler.set_epoch(epoch)  # and when they cannot (skipping over sharded batches)
+        batches.set_epoch(epoch)  # accelerate's loaders hand their own epoch count to the sampler at each pass
         for batch in batches:
             with accelerator.accumulate(model):
                 loss = model(**batch, return_loss=True).loss
