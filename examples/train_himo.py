@@ -29,7 +29,7 @@ from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
-from hf_longclip.evaluation import evaluate_long_captions, plot_prefix_similarity
+from hf_longclip.evaluation import evaluate_long_captions, plot_loss_curves, plot_prefix_similarity
 from hf_longclip.fileio import write_atomic
 from hf_longclip.training.hub import build_model_card, push_to_hub
 from hf_longclip.training.lora import LoraArguments, apply_lora, count_parameters, merge_lora
@@ -112,24 +112,6 @@ def print_table(results: dict) -> None:
         print(f"{variant:<12}" + "".join(f"{metrics[name]:>10.3f}" for name in METRICS))
 
 
-def plot_losses(histories: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for variant, history in histories.items():
-        ax.plot([h["step"] for h in history], [h["loss"] for h in history], label=variant)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss (each variant's own objective)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def hub_repo_ids(script_args: ScriptArguments, variants: list[str]) -> dict[str, str]:
     if len(variants) == 1:
         return {variants[0]: script_args.hub_model_id}
@@ -190,7 +172,7 @@ def main() -> None:
         (output_dir / "results.json").write_text(json.dumps({"results": results, "training": histories}, indent=2))
         plot_prefix_similarity({v: r["mean_similarity_by_prefix"] for v, r in results.items()},
                                output_dir / "prefix_similarity.png")
-        plot_losses(histories, output_dir / "loss_curves.png")
+        plot_loss_curves(histories, output_dir / "loss_curves.png")
         print_table(results)
         print(f"\ncheckpoints, results.json and plots in {output_dir}/")
         if script_args.push_to_hub:

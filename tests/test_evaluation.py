@@ -158,3 +158,21 @@ def test_unsupported_tasks_are_named(himo_checkpoint, tmp_path):
     model, processor = load_model(str(himo_checkpoint), "cpu")
     with pytest.raises(ValueError, match=r"tasks \['cola', 'zero_shot'\] need columns"):
         evaluate_dataset(model, processor, rows, tasks=["cola", "zero_shot"], progress=False)
+
+
+def test_loss_curves_skip_records_without_a_training_loss(tmp_path, monkeypatch):
+    """With --eval_steps finer than --logging_steps the history holds eval-only records: plotted lines use the
+    records that have a loss, and nothing else."""
+    from matplotlib.axes import Axes
+    from PIL import Image
+
+    from hf_longclip.evaluation import plot_loss_curves
+
+    plotted = []
+    original_plot = Axes.plot
+    monkeypatch.setattr(Axes, "plot", lambda self, x, y, **kw: plotted.append((list(x), list(y), kw["label"]))
+                        or original_plot(self, x, y, **kw))
+    history = [{"step": 10, "eval_loss": 3.0}, {"step": 20, "loss": 2.5, "eval_loss": 2.9}, {"step": 25, "loss": 2.0}]
+    path = plot_loss_curves({"himo-clip": history}, tmp_path / "loss_curves.png")
+    assert plotted == [([20, 25], [2.5, 2.0], "himo-clip")]
+    assert Image.open(path).size == (720, 480)  # 6 x 4 inches at 120 dpi

@@ -294,6 +294,14 @@ def _pyplot():
     return plt
 
 
+def _save_figure(fig, path: str | Path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+    return path
+
+
 def plot_prefix_similarity(curves: dict[str, Sequence[float]], path: str | Path, title: str = "") -> Path:
     """Save a PNG of mean image-text similarity against the number of caption sentences, one line per model
     (HiMo-CLIP Fig. 3)."""
@@ -306,11 +314,21 @@ def plot_prefix_similarity(curves: dict[str, Sequence[float]], path: str | Path,
     ax.set_title(title or "Semantic monotonicity: similarity vs. caption completeness")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save_figure(fig, path)
+
+
+def plot_loss_curves(histories: dict[str, Sequence[dict]], path: str | Path) -> Path:
+    """Save a PNG of the training loss against the optimizer step, one line per run (records with a "loss")."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, history in histories.items():
+        logged = [record for record in history if "loss" in record]
+        ax.plot([record["step"] for record in logged], [record["loss"] for record in logged], label=name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (each run's own objective)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save_figure(fig, path)
 
 
 def plot_recalls(retrieval: dict, path: str | Path, title: str = "") -> Path:
@@ -328,11 +346,7 @@ def plot_recalls(retrieval: dict, path: str | Path, title: str = "") -> Path:
     ax.set_ylabel("recall (%)")
     ax.set_title(title or f"Retrieval (RSUM {retrieval['rsum']:.1f})")
     ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save_figure(fig, path)
 
 
 def load_model(model_name_or_path: str, device: str | None = None):

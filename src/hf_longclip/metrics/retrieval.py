@@ -51,6 +51,18 @@ def as_embeddings(value, name: str, ndim: int = 2) -> torch.Tensor:
     return tensor
 
 
+def as_embedding_pair(first, first_name: str, second, second_name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two embedding matrices (`as_embeddings`) of the same dim, in one dtype (float64 for both if they differ)."""
+    a, b = as_embeddings(first, first_name), as_embeddings(second, second_name)
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(
+            f"embedding dims differ: {first_name} has dim {a.shape[1]}, {second_name} has dim {b.shape[1]}"
+        )
+    if a.dtype != b.dtype:
+        a, b = a.double(), b.double()
+    return a, b
+
+
 def as_index(value, name: str, length: int, upper: int, upper_name: str) -> torch.Tensor:
     """``value`` as a 1-D int64 tensor of ``length`` entries in [0, upper); ValueError naming ``name`` otherwise."""
     try:
@@ -127,14 +139,7 @@ def long_text_retrieval(
     (keys follow ``ks``): recalls in percent, ``rsum`` the sum of all the recalls (RSUM of DITM Sec. IV-B).
     """
     ks = _check_ks(ks)
-    images = as_embeddings(image_embeds, "image_embeds")
-    texts = as_embeddings(text_embeds, "text_embeds")
-    if images.shape[1] != texts.shape[1]:
-        raise ValueError(
-            f"embedding dims differ: image_embeds has dim {images.shape[1]}, text_embeds has dim {texts.shape[1]}"
-        )
-    if images.dtype != texts.dtype:
-        images, texts = images.double(), texts.double()
+    images, texts = as_embedding_pair(image_embeds, "image_embeds", text_embeds, "text_embeds")
     num_images, num_texts = images.shape[0], texts.shape[0]
     owner = as_index(text_to_image, "text_to_image", num_texts, num_images, "num_images")
     captions_per_image = torch.bincount(owner, minlength=num_images)

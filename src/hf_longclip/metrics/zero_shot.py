@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .retrieval import _check_ks, _count_above, as_embeddings, as_index
+from .retrieval import _check_ks, _count_above, as_embedding_pair, as_embeddings, as_index
 
 DEFAULT_TEMPLATES: tuple[str, ...] = ("a photo of a {}.",)
 
@@ -93,14 +93,7 @@ def zero_shot_classification(
     Returns ``{"top1": ..., "top5": ..., "num_samples": num_images}`` (keys follow ``ks``).
     """
     ks = _check_ks(ks)
-    images = as_embeddings(image_embeds, "image_embeds")
-    classes = as_embeddings(class_embeds, "class_embeds")
-    if images.shape[1] != classes.shape[1]:
-        raise ValueError(
-            f"embedding dims differ: image_embeds has dim {images.shape[1]}, class_embeds has dim {classes.shape[1]}"
-        )
-    if images.dtype != classes.dtype:
-        images, classes = images.double(), classes.double()
+    images, classes = as_embedding_pair(image_embeds, "image_embeds", class_embeds, "class_embeds")
     num_images, num_classes = images.shape[0], classes.shape[0]
     if max(ks) > num_classes:
         raise ValueError(f"k={max(ks)} exceeds the number of classes ({num_classes}); use smaller ks")

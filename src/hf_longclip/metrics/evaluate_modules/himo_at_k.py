@@ -3,6 +3,7 @@
 import datasets
 import evaluate
 
+from hf_longclip.metrics.citations import HIMO_CLIP
 from hf_longclip.metrics.himo import himo_at_k
 
 _DESCRIPTION = """\
@@ -13,18 +14,7 @@ For K > 3 (Eq. 5) HiMo@K is the Pearson correlation between k = 1..K and s_{t_k}
 for K = 2 or 3 (Eq. 6) it is the percentage of images whose scores strictly increase.
 """
 
-_CITATION = """\
-@inproceedings{wu2026himoclip,
-  author    = {Wu, Ruijia and Chen, Ping and Shen, Fei and Zhao, Shaoan and Hui, Qiang and Gao, Huanlin and
-               Lu, Ting and Liu, Zhaoxiang and Zhao, Fang and Wang, Kai and Lian, Shiguo},
-  title     = {HiMo-CLIP: Modeling Semantic Hierarchy and Monotonicity in Vision-Language Alignment},
-  booktitle = {Proceedings of the AAAI Conference on Artificial Intelligence},
-  year      = {2026},
-  eprint    = {2511.06653},
-  archivePrefix = {arXiv},
-  url       = {https://arxiv.org/abs/2511.06653}
-}
-"""
+_CITATION = HIMO_CLIP
 
 _KWARGS_DESCRIPTION = """
 Args:

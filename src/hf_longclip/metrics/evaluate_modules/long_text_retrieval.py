@@ -4,6 +4,7 @@
 import datasets
 import evaluate
 
+from hf_longclip.metrics.citations import HIMO_CLIP
 from hf_longclip.metrics.retrieval import long_text_retrieval
 
 _DESCRIPTION = """\
@@ -27,17 +28,7 @@ _CITATION = """\
   booktitle = {Proceedings of the British Machine Vision Conference (BMVC)},
   year      = {2018}
 }
-@inproceedings{wu2026himoclip,
-  author    = {Wu, Ruijia and Chen, Ping and Shen, Fei and Zhao, Shaoan and Hui, Qiang and Gao, Huanlin and
-               Lu, Ting and Liu, Zhaoxiang and Zhao, Fang and Wang, Kai and Lian, Shiguo},
-  title     = {HiMo-CLIP: Modeling Semantic Hierarchy and Monotonicity in Vision-Language Alignment},
-  booktitle = {Proceedings of the AAAI Conference on Artificial Intelligence},
-  year      = {2026},
-  eprint    = {2511.06653},
-  archivePrefix = {arXiv},
-  url       = {https://arxiv.org/abs/2511.06653}
-}
-"""
+""" + HIMO_CLIP
 
 _KWARGS_DESCRIPTION = """
 Args:

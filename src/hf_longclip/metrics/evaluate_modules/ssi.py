@@ -4,6 +4,7 @@
 import datasets
 import evaluate
 
+from hf_longclip.metrics.citations import HIMO_CLIP
 from hf_longclip.metrics.ssi import ssi
 
 _DESCRIPTION = """\
@@ -13,18 +14,7 @@ SSI = 1/N sum_i 1/M_i sum_j |s_{j,ori} - s_{j,noise}| / s_{j,ori} x 100, over N 
 subtexts each. Lower is more robust. Original scores must be positive.
 """
 
-_CITATION = """\
-@inproceedings{wu2026himoclip,
-  author    = {Wu, Ruijia and Chen, Ping and Shen, Fei and Zhao, Shaoan and Hui, Qiang and Gao, Huanlin and
-               Lu, Ting and Liu, Zhaoxiang and Zhao, Fang and Wang, Kai and Lian, Shiguo},
-  title     = {HiMo-CLIP: Modeling Semantic Hierarchy and Monotonicity in Vision-Language Alignment},
-  booktitle = {Proceedings of the AAAI Conference on Artificial Intelligence},
-  year      = {2026},
-  eprint    = {2511.06653},
-  archivePrefix = {arXiv},
-  url       = {https://arxiv.org/abs/2511.06653}
-}
-"""
+_CITATION = HIMO_CLIP
 
 _KWARGS_DESCRIPTION = """
 Args:
