@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from hf_longclip.models.himo_clip.modeling_himo_clip import _LowRankReconstruction
 from hf_longclip.objectives import hide_components, molo_loss, num_principal_components
 
 MEAN = torch.tensor([1.0, 1.0, 1.0])
@@ -45,8 +46,6 @@ def _reference_components(embeds: torch.Tensor, tau: float) -> torch.Tensor:
 
 @pytest.mark.parametrize("shape", [(6, 10), (12, 5), (8, 8)])
 def test_gradient_matches_svd_autograd_for_distinct_singular_values(shape):
-    from hf_longclip.models.himo_clip.modeling_himo_clip import _LowRankReconstruction
-
     torch.manual_seed(0)
     embeds = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
     weights = torch.randn(*shape, dtype=torch.float64)
@@ -65,8 +64,6 @@ def test_gradient_matches_svd_autograd_for_distinct_singular_values(shape):
 def test_gradcheck_in_double():
     torch.manual_seed(1)
     centred = torch.randn(5, 7, dtype=torch.float64)
-    from hf_longclip.models.himo_clip.modeling_himo_clip import _LowRankReconstruction
-
     assert torch.autograd.gradcheck(lambda x: _LowRankReconstruction.apply(x, 0.8), (centred.requires_grad_(),))
 
 
