@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from common import clip_config, compare, random_batch
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
-from hf_longclip.objectives import molo_loss
+from hf_longclip.objectives import MoLoLoss
 
 
 def training_step(model, optimizer, batch) -> None:
@@ -52,7 +52,7 @@ def main() -> None:
     text = F.normalize(torch.randn(args.batch_size, config["projection_dim"]), dim=-1).requires_grad_()
     scale = torch.tensor(14.3)
     losses = compare(
-        {weight: lambda weight=weight: molo_loss(image, text, scale, weight=weight).backward() for weight in (0.0, 1.0)},
+        {weight: lambda weight=weight: sum(MoLoLoss(weight=weight)(image, text, scale).values()).backward() for weight in (0.0, 1.0)},
         repeats=20 * args.repeats,
     )
     extra = losses[1.0] - losses[0.0]

@@ -16,12 +16,9 @@ with `--resume_from_checkpoint latest`, trains LoRA adapters with `--lora_r 16`,
 with a model card with `--push_to_hub --hub_model_id ORG/NAME`.
 """
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import torch
-from accelerate.logging import get_logger
 from accelerate.utils import set_seed
 from transformers import AutoImageProcessor, AutoTokenizer, CLIPImageProcessorPil, HfArgumentParser
 
@@ -29,11 +26,13 @@ from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
-from hf_longclip.evaluation import evaluate_long_captions, plot_loss_curves, plot_prefix_similarity
-from hf_longclip.fileio import write_atomic
-from hf_longclip.training.hub import build_model_card, push_to_hub
-from hf_longclip.training.lora import LoraArguments, apply_lora, count_parameters, merge_lora
-from hf_longclip.training.loop import TrainingArguments, make_accelerator, save_model, train, whole_model_init
+from hf_longclip.evaluation import evaluate_long_captions
+from hf_longclip.models.himo_clip import HIMO_CLIP_CARD
+from hf_longclip.plots import plot_prefix_similarity
+from hf_longclip.training.lora import LoraArguments
+from hf_longclip.training.loop import LoopArguments, make_accelerator
+from hf_longclip.training.recipe import HubArguments, parse_variants, publish, train_variants
+from hf_longclip.training.task import ContrastiveTask
 
 VARIANTS = {  # name: (text positions, MoLo lambda or None for the configured one)
     "clip-77": (77, 0.0),
@@ -41,8 +40,8 @@ VARIANTS = {  # name: (text positions, MoLo lambda or None for the configured on
     "himo-clip": (248, None),
 }
 MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "himo_clip.md"
-logger = get_logger(__name__)
 METRICS = ("r1_i2t", "r1_t2i", "himo@2", "himo@3", "himo@k")
+LOOP_DEFAULTS = dict(output_dir="outputs/himo", num_train_epochs=2.5)
 
 
 @dataclass
@@ -62,14 +61,6 @@ class ScriptArguments:
     num_layers: int = field(default=2)
     num_heads: int = field(default=4)
     patch_size: int = field(default=8)
-    push_to_hub: bool = field(default=False, metadata={"help": "upload each trained variant with its model card"})
-    hub_model_id: str | None = field(default=None, metadata={
-        "help": "ORG/NAME; with several variants each goes to ORG/NAME-<variant>"})
-    hub_private: bool = field(default=False)
-
-    def __post_init__(self):
-        if self.push_to_hub and not self.hub_model_id:
-            raise ValueError("--push_to_hub needs --hub_model_id ORG/NAME")
 
 
 def scratch_model(args: ScriptArguments, tokenizer, positions: int, molo_lambda: float) -> HiMoCLIPModel:
@@ -86,7 +77,7 @@ def scratch_model(args: ScriptArguments, tokenizer, positions: int, molo_lambda:
     return HiMoCLIPModel(config)
 
 
-def build(args: ScriptArguments, dataset, variant: str, seed: int) -> tuple[HiMoCLIPModel, HiMoCLIPProcessor]:
+def build(args: ScriptArguments, dataset, variant: str, seed: int) -> tuple[ContrastiveTask, HiMoCLIPProcessor]:
     positions, molo_lambda = VARIANTS[variant]
     molo_lambda = args.molo_lambda if molo_lambda is None else molo_lambda
     set_seed(seed)  # identical initialisation for every variant
@@ -102,90 +93,35 @@ def build(args: ScriptArguments, dataset, variant: str, seed: int) -> tuple[HiMo
         size = args.image_size
         image_processor = CLIPImageProcessorPil(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
         model = scratch_model(args, tokenizer, positions, molo_lambda)
-    return model, HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=positions)
-
-
-def print_table(results: dict) -> None:
-    header = f"{'model':<12}" + "".join(f"{name:>10}" for name in METRICS)
-    print(header + "\n" + "-" * len(header))
-    for variant, metrics in results.items():
-        print(f"{variant:<12}" + "".join(f"{metrics[name]:>10.3f}" for name in METRICS))
-
-
-def hub_repo_ids(script_args: ScriptArguments, variants: list[str]) -> dict[str, str]:
-    if len(variants) == 1:
-        return {variants[0]: script_args.hub_model_id}
-    return {variant: f"{script_args.hub_model_id}-{variant}" for variant in variants}
+    processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=positions)
+    return ContrastiveTask(model, ImageTextCollator(processor)), processor
 
 
 def main() -> None:
-    parser = HfArgumentParser((ScriptArguments, TrainingArguments, LoraArguments))
-    script_args, training_args, lora_args = parser.parse_args_into_dataclasses()
-    variants = [v.strip() for v in script_args.variants.split(",") if v.strip()]
-    unknown = sorted(set(variants) - set(VARIANTS))
-    if unknown or not variants:
-        raise SystemExit(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
-    accelerator = make_accelerator(training_args)
-    zero_stage = getattr(accelerator.state.deepspeed_plugin, "zero_stage", None)
-    if lora_args.lora_r > 0 and zero_stage == 3:
-        raise SystemExit("LoRA under ZeRO-3 is not supported (merging needs whole weights): use ZeRO-2 or DDP")
-    accelerator.init_trackers("train_himo", config={**asdict(script_args), **asdict(training_args),
-                                                    **asdict(lora_args)})
-    output_dir = Path(training_args.output_dir)
+    parser = HfArgumentParser((ScriptArguments, LoopArguments, LoraArguments, HubArguments))
+    parser.set_defaults(**LOOP_DEFAULTS)
+    script_args, loop_args, lora_args, hub_args = parser.parse_args_into_dataclasses()
+    variants = parse_variants(script_args.variants, VARIANTS)
+    accelerator = make_accelerator(loop_args)
+    run_args = {**asdict(script_args), **asdict(loop_args), **asdict(lora_args)}
+    accelerator.init_trackers("train_himo", config=run_args)
     with accelerator.main_process_first():
         dataset = load_synthetic_scenes(
             seed=script_args.dataset_seed, num_train=script_args.num_train, num_test=script_args.num_test,
             image_size=script_args.image_size,
         )
-    results, histories = {}, {}
-    for variant in variants:
-        eval_file = output_dir / "eval" / f"{variant}.json"  # written last: a resumed run skips finished variants
-        if training_args.resume_from_checkpoint and eval_file.is_file():
-            results[variant], histories[variant] = json.loads(eval_file.read_text()).values()
-            continue
-        with whole_model_init(accelerator):
-            model, processor = build(script_args, dataset, variant, training_args.seed)
-        if lora_args.lora_r > 0:
-            base_dir = output_dir / f"{variant}-lora" / "base"
-            save_model(accelerator, model, base_dir, processor)  # what the adapter applies to
-            model = apply_lora(model, lora_args, base_model_name_or_path=str(base_dir))
-            trainable, total = count_parameters(model)
-            logger.info(f"{variant}: LoRA trains {trainable:,} of {total:,} parameters", main_process_only=True)
-        model, histories[variant] = train(
-            model, dataset["train"], ImageTextCollator(processor), training_args, accelerator, run_name=variant,
-            eval_dataset=dataset["validation"],
-        )
-        if lora_args.lora_r > 0:
-            save_model(accelerator, model, output_dir / f"{variant}-lora" / "adapter")
-            model = merge_lora(model)
-        save_model(accelerator, model, output_dir / variant, processor)
-        if accelerator.is_main_process:  # evaluate what was saved: the same under every engine, ZeRO-3 included
-            with whole_model_init(accelerator):
-                saved = HiMoCLIPModel.from_pretrained(output_dir / variant, dtype=torch.float32)
-            results[variant] = evaluate_long_captions(saved.to(accelerator.device), processor, dataset["test"],
-                                                      training_args.per_device_eval_batch_size)
-            eval_file.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(eval_file, json.dumps({"results": results[variant], "history": histories[variant]}))
-        accelerator.wait_for_everyone()
-        accelerator.free_memory()
+    results, histories = train_variants(
+        accelerator, variants, lambda variant: build(script_args, dataset, variant, loop_args.seed),
+        lambda model, processor: evaluate_long_captions(model, processor, dataset["test"],
+                                                        loop_args.per_device_eval_batch_size),
+        dataset, loop_args, lora_args,
+    )
     if accelerator.is_main_process:
-        (output_dir / "results.json").write_text(json.dumps({"results": results, "training": histories}, indent=2))
         plot_prefix_similarity({v: r["mean_similarity_by_prefix"] for v, r in results.items()},
-                               output_dir / "prefix_similarity.png")
-        plot_loss_curves(histories, output_dir / "loss_curves.png")
-        print_table(results)
-        print(f"\ncheckpoints, results.json and plots in {output_dir}/")
-        if script_args.push_to_hub:
-            for variant, repo_id in hub_repo_ids(script_args, variants).items():
-                config = json.loads((output_dir / variant / "config.json").read_text())
-                card = build_model_card(
-                    MODEL_CARD, repo_id=repo_id, results=results[variant], config=config,
-                    training_args={**asdict(script_args), **asdict(training_args), **asdict(lora_args),
-                                   "variant": variant},
-                    base_model=script_args.init_from_clip,
-                )
-                url = push_to_hub(output_dir / variant, repo_id, card=card, private=script_args.hub_private)
-                print(f"pushed {variant} to {url}")
+                               Path(loop_args.output_dir) / "prefix_similarity.png")
+    publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
+            card_template=MODEL_CARD, card_info=HIMO_CLIP_CARD, hub_args=hub_args, run_args=run_args,
+            base_model=script_args.init_from_clip)
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

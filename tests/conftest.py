@@ -111,3 +111,10 @@ def isolated_modules_cache(tmp_path, monkeypatch):
     yield tmp_path / "modules"
     for name in loaded():
         del sys.modules[name]
+
+
+def molo_loss(image_embeds, text_embeds, logit_scale, tau: float = 0.9, weight: float = 1.0, scope: str = "global"):
+    """The MoLo objective's total: the sum of its named terms."""
+    from hf_longclip.objectives import MoLoLoss
+
+    return sum(MoLoLoss(tau, weight, scope)(image_embeds, text_embeds, logit_scale).values())

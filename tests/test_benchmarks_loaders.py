@@ -14,14 +14,13 @@ from hf_longclip.data.benchmarks import (
     BENCHMARKS,
     SCHEMA_FIELDS,
     SHAREGPT4V_TEST_SIZE,
-    TASKS,
     Benchmark,
     describe_benchmarks,
-    infer_tasks,
     load_benchmark,
     schema_fields,
 )
 from hf_longclip.data.text import split_sentences
+from hf_longclip.eval_tasks import TASKS, available_tasks
 
 NAMES = {"sharegpt4v", "urban1k", "docci", "long_dci", "himo_docci", "coco", "flickr30k", "hierarcaps", "cola_multi"}
 LONG = "A red bus stops at a corner. Two people wait beside it! Is the sky grey? Yes, it is overcast."
@@ -95,17 +94,18 @@ def test_registry_names_fields_and_descriptions():
         schema_fields("nope")
 
 
-def test_infer_tasks_on_plain_datasets():
+def test_available_tasks_on_plain_datasets():
     features = datasets.Features({"image": datasets.Image(), "caption": datasets.Value("string"),
                                   "sentences": datasets.List(datasets.Value("string"))})
     single = datasets.Dataset.from_list([{"image": Image.new("RGB", (2, 2)), "caption": "a cat.",
                                           "sentences": ["a cat."]}], features=features)
-    assert infer_tasks(single) == ("retrieval",)
+    assert available_tasks(single) == ("retrieval",)
     multi = datasets.Dataset.from_list([{"image": Image.new("RGB", (2, 2)), "caption": LONG,
                                          "sentences": split_sentences(LONG)}], features=features)
-    assert infer_tasks(multi) == ("retrieval", "himo")
+    assert available_tasks(multi) == ("retrieval", "himo")
+    assert available_tasks(multi.select([])) == ("retrieval",)  # rows selected away: no prefixes to compare
     assert schema_fields(multi) == {"image", "caption", "sentences"}
-    assert set(TASKS) == {"retrieval", "himo", "hierarcaps", "cola"}
+    assert tuple(TASKS) == ("retrieval", "himo", "ssi", "hierarcaps", "zero_shot", "cola")
 
 
 def test_missing_data_dir_names_path_and_format(tmp_path):

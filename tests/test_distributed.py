@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
 
-from hf_longclip.objectives import contrastive_loss, hide_components
+from hf_longclip.modeling_common import contrastive_loss
+from hf_longclip.objectives import hide_components
 
 WORLD_SIZE = 2
 

@@ -5,11 +5,13 @@ against metrics computed here from directly computed embeddings."""
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
+import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import IMAGE_SIZE, char_clip_tokenizer, tiny_clip, tiny_himo, tiny_processor
+from conftest import IMAGE_SIZE, char_clip_tokenizer, random_images, tiny_clip, tiny_himo, tiny_processor
 from test_benchmarks_loaders import (
     HIERARCAPS_ROWS,
     karpathy_image,
@@ -21,7 +23,8 @@ from test_benchmarks_loaders import (
 from transformers import CLIPImageProcessorPil, CLIPModel, CLIPProcessor
 
 from hf_longclip.data.benchmarks import load_benchmark
-from hf_longclip.evaluation import TASKS, available_tasks, evaluate_dataset, load_model
+from hf_longclip.eval_tasks import TASKS, available_tasks
+from hf_longclip.evaluation import encode_texts, evaluate_dataset, load_model, text_max_length
 
 LONG_WORDS = " ".join(f"word{i}" for i in range(40))  # far beyond 77 character tokens
 
@@ -166,7 +169,7 @@ def test_loss_curves_skip_records_without_a_training_loss(tmp_path, monkeypatch)
     from matplotlib.axes import Axes
     from PIL import Image
 
-    from hf_longclip.evaluation import plot_loss_curves
+    from hf_longclip.plots import plot_loss_curves
 
     plotted = []
     original_plot = Axes.plot
@@ -176,3 +179,67 @@ def test_loss_curves_skip_records_without_a_training_loss(tmp_path, monkeypatch)
     path = plot_loss_curves({"himo-clip": history}, tmp_path / "loss_curves.png")
     assert plotted == [([20, 25], [2.5, 2.0], "himo-clip")]
     assert Image.open(path).size == (720, 480)  # 6 x 4 inches at 120 dpi
+
+
+class NoPositionTable:
+    """`model` seen through a config without `max_position_embeddings`, as a RoPE text tower's config is."""
+
+    def __init__(self, model):
+        self.model = model
+        self.config = SimpleNamespace(text_config=SimpleNamespace(hidden_size=model.config.text_config.hidden_size))
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def test_truncation_comes_from_the_processor_so_a_model_without_a_position_table_evaluates_unchanged():
+    texts = [f"{LONG_WORDS} {tail}" for tail in ("red cube", "blue ball", "green cone")] + ["a short one"]
+    rows = datasets.Dataset.from_dict({"image": random_images(4, seed=1), "caption": texts})
+    # our processor knows its length: the model's config is never read
+    himo, processor = tiny_himo(seed=5), tiny_processor(max_length=120)
+    assert text_max_length(processor) == 120
+    assert torch.equal(encode_texts(NoPositionTable(himo), processor, texts, batch_size=3),
+                       encode_texts(himo, processor, texts, batch_size=3))
+    assert (evaluate_dataset(NoPositionTable(himo), processor, rows, progress=False)
+            == evaluate_dataset(himo, processor, rows, progress=False))
+
+    # a plain CLIPProcessor: its tokenizer's model_max_length
+    clip, tokenizer = tiny_clip(seed=6), char_clip_tokenizer()
+    tokenizer.model_max_length = 50
+    clip_processor = CLIPProcessor(image_processor=CLIPImageProcessorPil(), tokenizer=tokenizer)
+    assert text_max_length(clip_processor, NoPositionTable(clip)) == 50
+    with torch.no_grad():
+        tokens = tokenizer(texts, padding=True, truncation=True, max_length=50, return_tensors="pt")
+        direct = F.normalize(clip.get_text_features(**tokens).pooler_output, dim=-1)
+    assert torch.allclose(encode_texts(NoPositionTable(clip), clip_processor, texts), direct, atol=1e-6)
+    tokenizer.model_max_length = 100  # longer than the model's 77 positions: capped by them
+    assert text_max_length(clip_processor, clip) == 77
+
+    # a tokenizer that leaves its length unset: the model's position table if it has one, else a clear error
+    tokenizer.model_max_length = int(1e30)
+    assert text_max_length(clip_processor, clip) == 77
+    with pytest.raises(ValueError, match="cannot tell how many tokens.*max_position_embeddings"):
+        encode_texts(NoPositionTable(clip), clip_processor, texts)
+
+
+def test_one_task_registry_for_evaluation_loaders_and_cli(capsys):
+    import hf_longclip.data.benchmarks as benchmarks
+    import hf_longclip.eval_tasks as eval_tasks
+    import hf_longclip.evaluation as evaluation
+    from hf_longclip.cli import main
+
+    assert evaluation.TASKS is eval_tasks.TASKS and benchmarks.available_tasks is eval_tasks.available_tasks
+    for name, task in TASKS.items():
+        assert task.name == name and callable(getattr(evaluation, task.runner))
+    assert not hasattr(benchmarks, "TASKS") and not hasattr(benchmarks, "infer_tasks")
+    assert not any(hasattr(evaluation, name) for name in ("plot_loss_curves", "_pyplot", "_save_figure"))
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    help_text = capsys.readouterr().out
+    assert "comma list among retrieval, himo, ssi, hierarcaps, zero_shot, cola" in " ".join(help_text.split())
+    assert all(f"  {name}: " in help_text for name in TASKS)
+    # the loaders use the registry without importing the torch-side evaluation code
+    check = ("import sys, hf_longclip.data.benchmarks; "
+             "assert 'hf_longclip.evaluation' not in sys.modules, 'benchmarks imported evaluation'")
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -3,11 +3,10 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CAPTIONS, random_images, tiny_clip, tiny_himo, tiny_processor
+from conftest import CAPTIONS, molo_loss, random_images, tiny_clip, tiny_himo, tiny_processor
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
-from hf_longclip.models.himo_clip.modeling_himo_clip import stretch_position_embeddings
-from hf_longclip.objectives import molo_loss
+from hf_longclip.modeling_common import stretch_position_embeddings
 
 
 def _info_nce(anchors: torch.Tensor, candidates: torch.Tensor, scale: float) -> torch.Tensor:

@@ -30,6 +30,7 @@ from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 from test_remote_code import _save_checkpoint
 
 import hf_longclip.training.hub as hub_module
+from hf_longclip.models.himo_clip import HIMO_CLIP_CARD
 from hf_longclip.training.hub import _with_retries, build_model_card, is_transient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +46,7 @@ import importlib.util, json, sys
 from huggingface_hub import ModelCard
 try:  # hub.py needs only huggingface_hub: load it alone (~1 s) rather than the package (torch, transformers: ~10 s)
     spec = importlib.util.spec_from_file_location("hf_longclip_training_hub", sys.argv[1])
-    hub = importlib.util.module_from_spec(spec)
+    hub = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up
     spec.loader.exec_module(hub)
 except ImportError:  # it grew a package-relative import: the normal, slower way
     from hf_longclip.training import hub
@@ -160,7 +161,7 @@ def checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("run") / "himo-clip"
     model = tiny_himo()
     expected = _save_checkpoint(model, tiny_processor(), CAPTIONS, path)
-    card = build_model_card(TEMPLATE, repo_id="org/himo-tiny", results=RESULTS, config=model.config,
+    card = build_model_card(TEMPLATE, repo_id="org/himo-tiny", info=HIMO_CLIP_CARD, results=RESULTS, config=model.config,
                             training_args=TRAINING_ARGS, base_model=None, datasets=[],
                             dataset_name="synthetic scenes")
     return {"path": path, "expected": expected, "card": card, "digest": folder_digest(path)}

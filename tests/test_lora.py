@@ -16,7 +16,8 @@ from transformers import HfArgumentParser
 from hf_longclip import HiMoCLIPModel
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.training.lora import LoraArguments, apply_lora, count_parameters, merge_lora
-from hf_longclip.training.loop import TrainingArguments, train
+from hf_longclip.training.loop import LoopArguments, train
+from hf_longclip.training.task import ContrastiveTask
 
 POSITIONS = "text_model.embeddings.position_embedding"
 # Merged weights W + s B A and the unmerged x W^T + s (x A^T) B^T differ by float32 rounding only (measured ~2e-7).
@@ -73,9 +74,9 @@ def test_only_lora_parameters_train_and_base_weights_stay_bit_identical(batch, a
 
     processor = tiny_processor()
     rows = [{"image": image, "caption": caption} for image, caption in zip(random_images(len(CAPTIONS)), CAPTIONS)]
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=len(rows),
+    args = LoopArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=len(rows),
                              learning_rate=1e-2, warmup_steps=0, logging_steps=1)
-    prepared, history = train(peft_model, rows, ImageTextCollator(processor), args, accelerator)
+    prepared, history = train(ContrastiveTask(peft_model, ImageTextCollator(processor)), rows, args, accelerator)
     trained = accelerator.unwrap_model(prepared)
     assert trained is peft_model and [h["step"] for h in history] == [1, 2, 3]
     assert all(record["logit_scale"] == pytest.approx(peft_model.logit_scale.exp().item()) for record in history)

@@ -1,5 +1,6 @@
-"""HierarCaps metrics: Kendall tau-b by hand, a hand-built geometry, and a transcription of the authors' evaluation
-loop (github.com/TAU-VAILab/hierarcaps, code/evaluation/hierarchical_retrieval.py) on random data."""
+"""HierarCaps metrics: Kendall tau-b and the official tie rule of d_corr by hand, a hand-built geometry, and a
+transcription of the authors' evaluation loop (github.com/TAU-VAILab/hierarcaps,
+code/evaluation/hierarchical_retrieval.py) on random data."""
 
 import math
 
@@ -7,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+import hf_longclip.metrics as metrics
 from hf_longclip.metrics import hierarcaps, kendall_tau_b, text_pool
+from hf_longclip.metrics.hierarcaps import _tau_with_levels
 
 
 @pytest.mark.parametrize(
@@ -39,6 +42,45 @@ def test_argsort_of_radii_gives_the_same_tau():
     for _ in range(50):
         radii = rng.random(4)
         assert kendall_tau_b(np.argsort(radii), [1, 2, 3, 4]) == pytest.approx(kendall_tau_b(radii, [1, 2, 3, 4]))
+
+
+def official_tau(row) -> float:
+    """The reference rule: tau of the radii's argsort against the levels. The code's radii are a CPU torch tensor,
+    whose argsort keeps ties in level order (np.argsort need not: its SIMD sort may reorder ties)."""
+    return kendall_tau_b(torch.as_tensor(np.asarray(row)).argsort(dim=-1).numpy(), [1, 2, 3, 4])
+
+
+# Pairs (1,2) (1,3) (1,4) (2,3) (2,4) (3,4); P / Q = concordant / discordant, T = tied in the radii.
+# official: argsort keeps a tie in level order, so a tied pair counts as concordant: (P + T - Q) / 6.
+# tau-b: a tied pair counts as neither: (P - Q) / sqrt((P + Q + T) * 6).
+TIE_CASES = [
+    # + + + = + +: P = 5, T = 1. official (5 + 1) / 6 = 1; tau-b 5 / sqrt(5 * 6) = 0.9129
+    ([0.1, 0.3, 0.3, 0.5], 1.0, 5 / math.sqrt(30)),
+    # = = + = + +: P = 3, T = 3. official (3 + 3) / 6 = 1; tau-b 3 / sqrt(3 * 6) = 0.7071
+    ([0.2, 0.2, 0.2, 0.4], 1.0, 1 / math.sqrt(2)),
+    # = - + - + +: P = 3, Q = 2, T = 1. official (3 + 1 - 2) / 6 = 1/3; tau-b 1 / sqrt(5 * 6) = 0.1826
+    ([0.3, 0.3, 0.1, 0.5], 1 / 3, 1 / math.sqrt(30)),
+    # all tied: T = 6. official argsort [0, 1, 2, 3] -> 1; tau-b undefined, counted as 0
+    ([0.4, 0.4, 0.4, 0.4], 1.0, 0.0),
+]
+
+
+@pytest.mark.parametrize("radii, official, tau_b", TIE_CASES)
+def test_tie_rules_by_hand(radii, official, tau_b):
+    assert official != pytest.approx(tau_b)
+    assert official_tau(radii) == pytest.approx(official)
+    values = torch.tensor([radii], dtype=torch.float64)
+    assert _tau_with_levels(values, "official").item() == pytest.approx(official)
+    assert _tau_with_levels(values, "tau_b").item() == pytest.approx(tau_b)
+
+
+def test_official_rule_matches_scipy_on_argsort():
+    kendalltau = pytest.importorskip("scipy.stats").kendalltau
+    rows = torch.randint(0, 3, (200, 4), generator=torch.Generator().manual_seed(0)).double()  # ties everywhere
+    expected = [kendalltau(row.argsort().numpy(), [1, 2, 3, 4]).statistic for row in rows]
+    assert _tau_with_levels(rows, "official").tolist() == pytest.approx(expected)
+    tau_b = np.nan_to_num([kendalltau(row.numpy(), [1, 2, 3, 4]).statistic for row in rows])
+    assert _tau_with_levels(rows, "tau_b").tolist() == pytest.approx(tau_b.tolist())
 
 
 def direction(plane_axis: int, degrees: float) -> np.ndarray:
@@ -95,16 +137,63 @@ def test_reversed_chain_gives_negative_d_corr():
     assert result["d_corr_image"] == pytest.approx(-2 / 3)
 
 
-def test_chain_of_one_repeated_text_has_zero_correlation():
-    # all four levels the same text: radii and distances tie everywhere, tau-b is undefined and counts as 0
-    result = hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, [[2, 2, 2, 2], [4, 5, 6, 7]], GEOMETRY_ROOT)
-    assert result["d_corr"] == 0.5 and result["d_corr_image"] == 0.5
+@pytest.mark.parametrize("method, tau", [("official", 1.0), ("tau_b", 0.0)])
+def test_chain_of_one_repeated_text(method, tau):
+    # all four levels the same text: radii and distances tie everywhere; the official argsort is [0, 1, 2, 3] -> 1,
+    # tau-b is undefined and counts as 0. Chain B is in order: 1.
+    chains = [[2, 2, 2, 2], [4, 5, 6, 7]]
+    result = hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, chains, GEOMETRY_ROOT, d_corr_method=method)
+    assert result["d_corr"] == (tau + 1) / 2 and result["d_corr_image"] == (tau + 1) / 2
     assert result["recall_level_4"] == 1.0  # image A retrieves text 2, its only ground truth at every level
+
+
+# Chains repeating a level in the hand-built geometry (radii grow with the angle: text 0..3 at 10, 20, 30, 40
+# degrees towards e_1, 4..7 at 5, 35, 50, 60 towards e_2), with (official, tau-b) from TIE_CASES:
+#   [0, 1, 1, 3] radii 10, 20, 20, 40: (1, 5/sqrt 30); [1, 1, 0, 3] 20, 20, 10, 40: (1/3, 1/sqrt 30);
+#   [4, 4, 4, 7] 5, 5, 5, 60: (1, 1/sqrt 2); [2, 2, 2, 2]: (1, 0).
+# d_corr_image, minus the angles to the image (A at 27 degrees towards e_1, B at 57 towards e_2):
+#   [0, 1, 1, 3] on A: -17, -7, -7, -13: P = 3, Q = 2, T = 1 -> (1/3, 1/sqrt 30);
+#   [1, 1, 0, 3] on A: -7, -7, -17, -13: P = 1, Q = 4, T = 1 -> ((1 + 1 - 4)/6 = -1/3, -3/sqrt 30);
+#   [4, 4, 4, 7] on B: -52, -52, -52, -3: P = 3, T = 3 -> (1, 1/sqrt 2); [2, 2, 2, 2] on A: (1, 0).
+TIE_CHAINS, TIE_OWNERS = [[0, 1, 1, 3], [1, 1, 0, 3], [4, 4, 4, 7], [2, 2, 2, 2]], [0, 0, 1, 0]
+TIE_EXPECTED = {
+    "official": {"d_corr": (1 + 1 / 3 + 1 + 1) / 4, "d_corr_image": (1 / 3 - 1 / 3 + 1 + 1) / 4},
+    "tau_b": {"d_corr": (6 / math.sqrt(30) + 1 / math.sqrt(2)) / 4,
+              "d_corr_image": (-2 / math.sqrt(30) + 1 / math.sqrt(2)) / 4},
+}
+
+
+@pytest.mark.parametrize("method", ["official", "tau_b"])
+def test_d_corr_methods_on_tied_chains(method):
+    result = hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, TIE_CHAINS, GEOMETRY_ROOT, chain_to_image=TIE_OWNERS,
+                        d_corr_method=method)
+    assert {k: result[k] for k in ("d_corr", "d_corr_image")} == pytest.approx(TIE_EXPECTED[method])
+
+
+def test_d_corr_method_defaults_to_official():
+    args = (GEOMETRY_IMAGES, GEOMETRY_TEXTS, TIE_CHAINS, GEOMETRY_ROOT)
+    result = hierarcaps(*args, chain_to_image=TIE_OWNERS)
+    assert result == hierarcaps(*args, chain_to_image=TIE_OWNERS, d_corr_method="official")
+    assert result["d_corr"] == pytest.approx(5 / 6) and result["d_corr_image"] == pytest.approx(1 / 2)
+
+
+def test_hierarcaps_module_d_corr_method(isolated_modules_cache):
+    chain_texts = [[f"t{i}" for i in chain] for chain in TIE_CHAINS]
+    chain_embeds = np.array(GEOMETRY_TEXTS)[TIE_CHAINS]
+    kwargs = dict(chain_embeds=chain_embeds, chain_texts=chain_texts, chain_to_image=TIE_OWNERS,
+                  image_embeds=np.array(GEOMETRY_IMAGES), root_embed=GEOMETRY_ROOT)
+    metric = metrics.load("hierarcaps", keep_in_memory=True)
+    results = {None: metric.compute(**kwargs)}
+    for method in ("official", "tau_b"):
+        results[method] = metric.compute(**kwargs, d_corr_method=method)
+        assert {k: results[method][k] for k in TIE_EXPECTED[method]} == pytest.approx(TIE_EXPECTED[method])
+    assert results[None] == results["official"]
 
 
 def reference_hierarcaps(image_embeds, chain_embeds, chain_texts, chain_to_image, root, steps):
     """The reference `HCEvaluator.run`, transcribed: a pool of every chain's texts with repeats, string matching,
-    masked argmax per threshold, set precision, any-chain recall per level, Kendall tau of argsorted radii."""
+    masked argmax per threshold, set precision, any-chain recall per level, Kendall tau of argsorted radii
+    (torch's argsort on CPU, as the code)."""
     norm = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
     root, images, es = norm(np.asarray(root)), norm(np.asarray(image_embeds)), norm(np.asarray(chain_embeds))
     radii = np.linalg.norm(es - root, axis=-1)  # (n, 4)
@@ -125,7 +214,7 @@ def reference_hierarcaps(image_embeds, chain_embeds, chain_texts, chain_to_image
         hits = [any(chain[level] in s_preds for chain in gts) for level in range(4)]
         levels.append(hits)
         recalls.append(sum(hits) / 4)
-    d_corr = np.mean([kendall_tau_b(np.argsort(row), [1, 2, 3, 4]) for row in radii])
+    d_corr = np.mean([official_tau(row) for row in radii])
     return {"precision": np.mean(precisions), "recall": np.mean(recalls), "d_corr": d_corr,
             **{f"recall_level_{level + 1}": np.mean([h[level] for h in levels]) for level in range(4)}}
 
@@ -143,6 +232,9 @@ def test_matches_reference_loop_with_shared_texts_and_several_chains(steps):
             embed_of[t] = root * (3 - level) + embed_of[t]
     chain_to_image = np.concatenate([np.arange(num_images), rng.integers(0, num_images, 5)])
     chain_texts = [[str(rng.choice(words)) for words in vocab] for _ in chain_to_image]
+    for chain in chain_texts[::3]:  # some chains repeat a level: tied radii and distances
+        level = int(rng.integers(0, 3))
+        chain[level + 1] = chain[level]
     chain_embeds = np.array([[embed_of[t] for t in chain] for chain in chain_texts])
     images = np.array([np.mean([embed_of[t] for c, chain in enumerate(chain_texts) if chain_to_image[c] == i
                                 for t in chain], axis=0) for i in range(num_images)]) + rng.standard_normal((9, d))
@@ -156,11 +248,20 @@ def test_matches_reference_loop_with_shared_texts_and_several_chains(steps):
     assert 0 < result["precision"] < 1 and 0 < result["recall"] < 1 and 0 < result["d_corr"] <= 1
     assert result["num_images"] == num_images and result["num_chains"] == len(chain_texts)
 
-    # d_corr_image by hand: tau of minus the distance of each chain's texts to its image
+    # d_corr_image by hand: tau of minus the distance of each chain's texts to its image, ties as d_corr's
     unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
     distances = np.linalg.norm(unit(chain_embeds) - unit(images)[chain_to_image][:, None], axis=-1)
-    expected_image = np.mean([kendall_tau_b(-row, [1, 2, 3, 4]) for row in distances])
-    assert result["d_corr_image"] == pytest.approx(expected_image)
+    assert result["d_corr_image"] == pytest.approx(np.mean([official_tau(-row) for row in distances]))
+
+    # tau-b: the radii and distances themselves, ties counted as neither; differs here because of the ties
+    tau_b = hierarcaps(images, text_embeds, chains, root, chain_to_image=chain_to_image, num_thresholds=steps,
+                       d_corr_method="tau_b")
+    radii = np.linalg.norm(unit(chain_embeds) - unit(root), axis=-1)
+    assert tau_b["d_corr"] == pytest.approx(np.mean([kendall_tau_b(row, [1, 2, 3, 4]) for row in radii]))
+    assert tau_b["d_corr_image"] == pytest.approx(np.mean([kendall_tau_b(-row, [1, 2, 3, 4]) for row in distances]))
+    assert tau_b["d_corr"] < result["d_corr"] and tau_b["d_corr_image"] < result["d_corr_image"]
+    others = lambda r: {k: v for k, v in r.items() if not k.startswith("d_corr")}  # noqa: E731
+    assert others(tau_b) == others(result)
 
 
 def test_text_pool_keeps_first_embedding_of_repeated_text():
@@ -190,6 +291,8 @@ G_IMAGES, G_TEXTS, G_CHAINS, G_ROOT = GEOMETRY_IMAGES, GEOMETRY_TEXTS, GEOMETRY_
         ((G_IMAGES, G_TEXTS, G_CHAINS, [[1.0, 0.0, 0.0]]), {}, "root_embed must have 1 dims"),
         (([[np.nan, 0, 1], [0, 1, 0]], G_TEXTS, G_CHAINS, G_ROOT), {}, "image_embeds contains NaN or inf"),
         ((G_IMAGES, G_TEXTS, G_CHAINS, G_ROOT), {"num_thresholds": 0}, "num_thresholds must be a positive integer"),
+        ((G_IMAGES, G_TEXTS, G_CHAINS, G_ROOT), {"d_corr_method": "tau-b"},
+         r"d_corr_method must be one of \('official', 'tau_b'\), got 'tau-b'"),
     ],
 )
 def test_bad_inputs_raise(args, kwargs, message):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -17,26 +18,48 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .data.text import segment_ends
+from .eval_tasks import TASKS, available_tasks, prefix_column
 from .metrics.cola import cola_multi
 from .metrics.hierarcaps import hierarcaps, text_pool
 from .metrics.himo import himo_at_k
 from .metrics.retrieval import long_text_retrieval, recall_at_k
 from .metrics.ssi import ssi
 from .metrics.zero_shot import class_embeddings, format_prompts, zero_shot_classification
+from .plots import plot_prefix_similarity, plot_recalls
 
-TASKS = ("retrieval", "himo", "ssi", "hierarcaps", "zero_shot", "cola")
+UNSET_MAX_LENGTH = 1_000_000  # a tokenizer `model_max_length` at least this large means "not set" (transformers: 1e30)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Encoding
 # ---------------------------------------------------------------------------------------------------------------
+def text_max_length(processor, model=None) -> int:
+    """The number of tokens `processor` truncates texts to: its own `max_length` (our processors), else its
+    tokenizer's `model_max_length` (77 for real CLIP checkpoints). Only when the tokenizer leaves that unset is the
+    model's `text_config.max_position_embeddings` read, if it has one; a tokenizer's length is also capped by it, when
+    present (a RoPE model has no such table and is never capped)."""
+    if getattr(processor, "max_length", None) is not None:
+        return processor.max_length
+    config = getattr(getattr(model, "config", None), "text_config", getattr(model, "config", None))
+    positions = getattr(config, "max_position_embeddings", None)
+    tokenizer_length = getattr(getattr(processor, "tokenizer", processor), "model_max_length", None)
+    if tokenizer_length is not None and tokenizer_length < UNSET_MAX_LENGTH:
+        return min(tokenizer_length, positions) if positions is not None else tokenizer_length
+    if positions is not None:
+        return positions
+    raise ValueError(f"cannot tell how many tokens to truncate texts to: {type(processor).__name__} has no "
+                     f"`max_length`, its tokenizer's `model_max_length` is unset ({tokenizer_length}) and the "
+                     f"model's text config has no `max_position_embeddings`; set `processor.tokenizer."
+                     f"model_max_length`")
+
+
 def _text_inputs(model, processor, texts: list[str]):
-    """Tokenised `texts` padded to the longest, truncated to the model's positions (our processors know theirs;
-    a plain CLIPProcessor is told, and keeps the end-of-text token when truncating)."""
-    if hasattr(processor, "max_length"):
+    """Tokenised `texts` padded to the longest, truncated to what the processor says (see `text_max_length`): our
+    processors truncate themselves; a plain CLIPProcessor is told, and keeps the end-of-text token."""
+    if getattr(processor, "max_length", None) is not None:
         return processor(text=texts, padding="longest")
     return processor(text=texts, padding="longest", truncation=True, return_tensors="pt",
-                     max_length=model.config.text_config.max_position_embeddings)
+                     max_length=text_max_length(processor, model))
 
 
 @torch.no_grad()
@@ -83,7 +106,7 @@ def prefix_scores(image_embeds: torch.Tensor, prefixes: Sequence[Sequence[str]],
 # ---------------------------------------------------------------------------------------------------------------
 def _prefixes(dataset) -> list[list[str]]:
     """Each row's cumulative caption prefixes: its `subtexts` if given (HiMo-Docci), else one per sentence."""
-    if "subtexts" in dataset.column_names:
+    if prefix_column(dataset) == "subtexts":
         return [list(subtexts) for subtexts in dataset["subtexts"]]
     return [[" ".join(sentences[:end]) for end in range(1, len(sentences) + 1)] for sentences in dataset["sentences"]]
 
@@ -174,25 +197,6 @@ def hard_negative_pairs(dataset) -> list[dict]:
             for pair in pairs]
 
 
-def available_tasks(dataset) -> tuple[str, ...]:
-    """The tasks whose inputs the rows carry."""
-    columns = set(dataset.column_names)
-    needs = {
-        "retrieval": {"image", "caption"},
-        "himo": {"image"},
-        "ssi": {"image", "distractor"},
-        "hierarcaps": {"image", "levels"},
-        "zero_shot": {"image", "label"},
-        "cola": {"images", "captions"},
-    }
-    tasks = [task for task, columns_needed in needs.items() if columns_needed <= columns]
-    if "himo" in tasks and not ({"subtexts", "sentences"} & columns and max(map(len, _prefixes(dataset))) >= 2):
-        tasks.remove("himo")  # no row has two prefixes to compare
-    if "cola" not in tasks and {"group_id", "image", "caption"} <= columns:
-        tasks.append("cola")  # synthetic hard-negative pairs
-    return tuple(task for task in TASKS if task in tasks)
-
-
 @torch.no_grad()
 def evaluate_dataset(
     model,
@@ -210,6 +214,9 @@ def evaluate_dataset(
     """
     supported = available_tasks(dataset)
     tasks = tuple(tasks) if tasks is not None else supported
+    unknown = [task for task in tasks if task not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown tasks {unknown}; the tasks are {list(TASKS)}")
     unsupported = [task for task in tasks if task not in supported]
     if unsupported:
         raise ValueError(f"tasks {unsupported} need columns this dataset lacks (it has {dataset.column_names}); "
@@ -219,26 +226,54 @@ def evaluate_dataset(
     def encode(texts):
         return encode_texts(model, processor, texts, batch_size, progress)
 
-    report = {}
     image_embeds = None
-    if any(task != "cola" for task in tasks):
+    if any(TASKS[task].uses_image_embeds for task in tasks):
         image_embeds = encode_images(model, processor, _ImageColumn(dataset), batch_size, progress)
-    for task in tqdm(tasks, desc="tasks", disable=not progress):
-        if task == "retrieval":
-            report[task] = retrieval_task(dataset, encode, image_embeds)
-        elif task == "himo":
-            report[task] = himo_task(dataset, encode, image_embeds)
-        elif task == "ssi":
-            report[task] = ssi_task(dataset, encode, image_embeds)
-        elif task == "hierarcaps":
-            report[task] = hierarcaps_task(dataset, encode, image_embeds)
-        elif task == "zero_shot":
-            names = classnames or dataset.features["label"].names
-            report[task] = zero_shot_task(dataset, encode, image_embeds, names, templates)
-        elif task == "cola":
-            rows = dataset if "images" in dataset.column_names else _Rows(hard_negative_pairs(dataset))
-            report[task] = cola_task(model, processor, rows, encode, batch_size, progress)
-    return report
+    inputs = TaskInputs(model, processor, dataset, encode, image_embeds, batch_size, progress, classnames, templates)
+    return {task: globals()[TASKS[task].runner](inputs)
+            for task in tqdm(tasks, desc="tasks", disable=not progress)}
+
+
+@dataclass
+class TaskInputs:
+    """What a task runner (`TASKS[name].runner`, below) receives from `evaluate_dataset`."""
+
+    model: object
+    processor: object
+    dataset: object
+    encode: Callable  # texts -> L2-normalised embeddings
+    image_embeds: torch.Tensor | None  # of the `image` column; None when no chosen task uses it
+    batch_size: int = 64
+    progress: bool = False
+    classnames: Sequence[str] | None = None
+    templates: Sequence[str] = ("a photo of a {}.",)
+
+
+def run_retrieval(inputs: TaskInputs) -> dict:
+    return retrieval_task(inputs.dataset, inputs.encode, inputs.image_embeds)
+
+
+def run_himo(inputs: TaskInputs) -> dict:
+    return himo_task(inputs.dataset, inputs.encode, inputs.image_embeds)
+
+
+def run_ssi(inputs: TaskInputs) -> dict:
+    return ssi_task(inputs.dataset, inputs.encode, inputs.image_embeds)
+
+
+def run_hierarcaps(inputs: TaskInputs) -> dict:
+    return hierarcaps_task(inputs.dataset, inputs.encode, inputs.image_embeds)
+
+
+def run_zero_shot(inputs: TaskInputs) -> dict:
+    names = inputs.classnames or inputs.dataset.features["label"].names
+    return zero_shot_task(inputs.dataset, inputs.encode, inputs.image_embeds, names, inputs.templates)
+
+
+def run_cola(inputs: TaskInputs) -> dict:
+    dataset = inputs.dataset
+    rows = dataset if "images" in dataset.column_names else _Rows(hard_negative_pairs(dataset))
+    return cola_task(inputs.model, inputs.processor, rows, inputs.encode, inputs.batch_size, inputs.progress)
 
 
 class _ImageColumn:
@@ -283,72 +318,8 @@ def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, pro
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Plots and the one-command evaluation
+# The one-command evaluation (plots: `hf_longclip.plots`)
 # ---------------------------------------------------------------------------------------------------------------
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save_figure(fig, path: str | Path) -> Path:
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
-    return path
-
-
-def plot_prefix_similarity(curves: dict[str, Sequence[float]], path: str | Path, title: str = "") -> Path:
-    """Save a PNG of mean image-text similarity against the number of caption sentences, one line per model
-    (HiMo-CLIP Fig. 3)."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, curve in curves.items():
-        ax.plot(range(1, len(curve) + 1), curve, marker="o", label=name)
-    ax.set_xlabel("caption prefix length (sentences)")
-    ax.set_ylabel("mean cosine similarity with the image")
-    ax.set_title(title or "Semantic monotonicity: similarity vs. caption completeness")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save_figure(fig, path)
-
-
-def plot_loss_curves(histories: dict[str, Sequence[dict]], path: str | Path) -> Path:
-    """Save a PNG of the training loss against the optimizer step, one line per run (records with a "loss")."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, history in histories.items():
-        logged = [record for record in history if "loss" in record]
-        ax.plot([record["step"] for record in logged], [record["loss"] for record in logged], label=name)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss (each run's own objective)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save_figure(fig, path)
-
-
-def plot_recalls(retrieval: dict, path: str | Path, title: str = "") -> Path:
-    """Save a bar chart of Recall@K, image-to-text beside text-to-image."""
-    plt = _pyplot()
-    ks = sorted(int(key.removeprefix("i2t_r")) for key in retrieval if key.startswith("i2t_r"))
-    fig, ax = plt.subplots(figsize=(6, 4))
-    width = 0.38
-    for offset, direction, label in ((-width / 2, "i2t", "image to text"), (width / 2, "t2i", "text to image")):
-        values = [retrieval[f"{direction}_r{k}"] for k in ks]
-        bars = ax.bar([i + offset for i in range(len(ks))], values, width, label=label)
-        ax.bar_label(bars, fmt="%.1f", fontsize=8)
-    ax.set_xticks(range(len(ks)), [f"R@{k}" for k in ks])
-    ax.set_ylim(0, 105)
-    ax.set_ylabel("recall (%)")
-    ax.set_title(title or f"Retrieval (RSUM {retrieval['rsum']:.1f})")
-    ax.legend()
-    return _save_figure(fig, path)
-
-
 def load_model(model_name_or_path: str, device: str | None = None):
     """Any of our checkpoints (AutoModel, trust_remote_code) or a plain transformers CLIPModel, with its processor,
     in eval mode on `device` (default: CUDA when available)."""

@@ -7,7 +7,7 @@ API (used by the ``hf-longclip eval`` command)::
     bench = load_benchmark("urban1k", "data/Urban1k", split=None, max_samples=None)
     bench.dataset      # datasets.Dataset, rows in the schema below
     bench.num_skipped  # records dropped because an image was missing, corrupt or unreadable (each one logged)
-    bench.tasks        # evaluations that apply, a subset of TASKS: ("retrieval", "himo", "hierarcaps", "cola")
+    bench.tasks        # evaluations that apply (``hf_longclip.eval_tasks.available_tasks``), e.g. ("retrieval", "himo")
     bench.fields       # schema fields the rows carry, e.g. frozenset({"image", "caption", "sentences"})
     sorted(BENCHMARKS) # the names (CLI choices); BENCHMARKS[name] is a `BenchmarkSpec`, callable as the loader
     schema_fields("coco")  # the fields a benchmark provides, known without loading any data
@@ -53,14 +53,13 @@ from typing import Any
 from urllib.parse import urlparse
 
 import datasets
-import pyarrow.compute as pc
 from PIL import Image
 
+from ..eval_tasks import available_tasks
 from .text import split_sentences
 
 logger = logging.getLogger(__name__)
 
-TASKS = ("retrieval", "himo", "hierarcaps", "cola")
 SCHEMA_FIELDS = ("id", "image", "images", "caption", "captions", "sentences", "subtexts", "levels", "image_id",
                  "boxes")
 SHAREGPT4V_TEST_SIZE = 1000  # Long-CLIP holds out the first 1000 records of the json as its ShareGPT4V-1k test set
@@ -82,30 +81,6 @@ def dataset_fields(dataset: datasets.Dataset) -> frozenset[str]:
     return frozenset(name for name in dataset.column_names if name in SCHEMA_FIELDS)
 
 
-def infer_tasks(dataset: datasets.Dataset) -> tuple[str, ...]:
-    """The evaluations (``TASKS``) a dataset in the schema supports, in ``TASKS`` order.
-
-    ``retrieval``: ``image`` + ``caption``; ``himo``: ``subtexts``, or some caption of several sentences (prefixes can
-    be built with :func:`hf_longclip.data.text.cumulative_segments`); ``hierarcaps``: ``levels``; ``cola``: ``images``
-    with ``captions``.
-    """
-    fields = dataset_fields(dataset)
-    tasks = set()
-    if {"image", "caption"} <= fields:
-        tasks.add("retrieval")
-    if "subtexts" in fields:
-        tasks.add("himo")
-    elif "sentences" in fields and len(dataset):
-        lengths = pc.list_value_length(dataset.data.column("sentences"))
-        if (pc.max(lengths).as_py() or 0) >= 2:
-            tasks.add("himo")
-    if "levels" in fields:
-        tasks.add("hierarcaps")
-    if {"images", "captions"} <= fields:
-        tasks.add("cola")
-    return tuple(task for task in TASKS if task in tasks)
-
-
 @dataclass
 class Benchmark:
     """A loaded benchmark: ``dataset`` rows in the schema, plus what was dropped while loading."""
@@ -116,11 +91,11 @@ class Benchmark:
     split: str | None = None
     source: str = ""  # the annotation file (or directory) the rows were read from
     skipped_paths: list[str] = field(default_factory=list)  # the unreadable image of each skipped record
-    tasks: tuple[str, ...] = ()  # filled by `infer_tasks` when left empty
+    tasks: tuple[str, ...] = ()  # filled by `hf_longclip.eval_tasks.available_tasks` when left empty
 
     def __post_init__(self):
         if not self.tasks:
-            self.tasks = infer_tasks(self.dataset)
+            self.tasks = available_tasks(self.dataset)
 
     @property
     def fields(self) -> frozenset[str]:

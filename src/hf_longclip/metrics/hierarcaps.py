@@ -14,15 +14,17 @@ Follows the authors' evaluation code, https://github.com/TAU-VAILab/hierarcaps, 
   chains); recall at level l = 1 if the level-l text of any of the image's chains was predicted; recall = the
   mean over the 4 levels; all averaged over images;
 - d_corr = mean over chains of Kendall's tau between the radii of the chain's 4 texts and [1, 2, 3, 4].
-  The code computes ``kendalltau(radii.argsort(), [1, 2, 3, 4])``, equal to tau-b of the radii themselves when no
-  two radii tie (a permutation and its inverse have the same number of inversions); here tau-b is used, so tied
-  radii count as neither concordant nor discordant instead of being broken by ``argsort`` (a chain whose 4 values
-  all tie, e.g. one text repeated, counts as 0).
+  The code computes ``kendalltau(R.argsort(dim=-1)[c], [1, 2, 3, 4])`` with ``R`` a CPU torch tensor, whose argsort
+  keeps tied values in level order. That equals tau of the radii with every tied pair counted as concordant
+  (a permutation and its inverse have the same number of inversions): ``d_corr_method="official"``, the default.
+  ``d_corr_method="tau_b"`` uses tau-b instead (a tied pair counts as neither; a chain whose 4 radii all tie, e.g.
+  one text repeated, counts as 0, where the official rule gives it +1). They differ only on ties.
 
 DITM (Jang et al. 2025, Sec. IV-B) replaces the distance to the root by the distance to the chain's image:
 ``d_corr_image``, signed so that +1 means level 4 (most specific) is closest to the image and level 1 farthest,
 DITM's intended order (its Fig. 8c, and the positive 83.3 of its Table III). DITM's code was not found; that sign
-is inferred from the paper's text.
+is inferred from the paper's text, and its ties follow ``d_corr_method`` as d_corr's do (under "official", two texts
+equally far from the image count as in DITM's order).
 """
 
 from __future__ import annotations
@@ -55,10 +57,19 @@ def kendall_tau_b(x, y) -> float:
     return float(both / np.sqrt(untied_x * untied_y))
 
 
-def _tau_with_levels(values: torch.Tensor) -> torch.Tensor:
-    """Row-wise tau-b between each row of ``values`` (rows, n) and [1, ..., n]; 0 for a constant row."""
+D_CORR_METHODS = ("official", "tau_b")
+
+
+def _tau_with_levels(values: torch.Tensor, method: str) -> torch.Tensor:
+    """Row-wise Kendall tau between each row of ``values`` (rows, n) and [1, ..., n].
+
+    ``"official"``: tau of ``values.argsort()`` (stable) against the levels, i.e. a tied pair counts as concordant.
+    ``"tau_b"``: tau-b, a tied pair counts as neither; 0 for a constant row.
+    """
     i, j = torch.triu_indices(values.shape[1], values.shape[1], offset=1)
     signs = torch.sign(values[:, j] - values[:, i])
+    if method == "official":
+        return torch.where(signs >= 0, 1.0, -1.0).double().mean(dim=1)
     untied = (signs != 0).sum(dim=1).double()
     tau = signs.sum(dim=1).double() / torch.sqrt(untied * len(i))
     return torch.where(untied > 0, tau, torch.zeros_like(tau))
@@ -100,6 +111,7 @@ def hierarcaps(
     root_embed,
     chain_to_image=None,
     num_thresholds: int = 50,
+    d_corr_method: str = "official",
 ) -> dict[str, float | int]:
     """HierarCaps metrics: hierarchical retrieval precision / recall and the d_corr order correlations.
 
@@ -111,6 +123,9 @@ def hierarcaps(
     - ``chain_to_image`` (num_chains,): the image of each chain (an image may have several chains, all count as its
       ground truth); default: chain c belongs to image c. Every image needs at least one chain.
     - ``num_thresholds``: the number of radius thresholds (the code's ``--steps``, 50 by default).
+    - ``d_corr_method``: how ``d_corr`` and ``d_corr_image`` treat tied values: ``"official"`` (default, as the
+      HierarCaps code's ``kendalltau(radii.argsort(), [1, 2, 3, 4])``: a tie counts as in order) or ``"tau_b"``
+      (Kendall's tau-b: a tie counts as neither in nor out of order). Equal when no two values of a chain tie.
 
     Works in float64 and holds (num_images, num_texts) matrices (HierarCaps' test set: about 1k x 4k).
 
@@ -120,6 +135,8 @@ def hierarcaps(
     """
     if isinstance(num_thresholds, bool) or not isinstance(num_thresholds, (int, np.integer)) or num_thresholds < 1:
         raise ValueError(f"num_thresholds must be a positive integer, got {num_thresholds!r}")
+    if d_corr_method not in D_CORR_METHODS:
+        raise ValueError(f"d_corr_method must be one of {D_CORR_METHODS}, got {d_corr_method!r}")
     images = as_embeddings(image_embeds, "image_embeds").double()
     texts = as_embeddings(text_embeds, "text_embeds").double()
     root = as_embeddings(root_embed, "root_embed", ndim=1).double()
@@ -175,9 +192,9 @@ def hierarcaps(
         level_hits[:, level] = torch.zeros(num_images, dtype=torch.float64).index_add_(0, owner, hit) > 0
     recall_levels = level_hits.double().mean(dim=0)
 
-    d_corr = _tau_with_levels(radius[chain_ids]).mean().item()
+    d_corr = _tau_with_levels(radius[chain_ids], d_corr_method).mean().item()
     image_distance = (texts[chain_ids] - images[owner].unsqueeze(1)).norm(dim=-1)
-    d_corr_image = _tau_with_levels(-image_distance).mean().item()
+    d_corr_image = _tau_with_levels(-image_distance, d_corr_method).mean().item()
 
     result: dict[str, float | int] = {
         "precision": precision.mean().item(),

@@ -1,12 +1,17 @@
-"""Losses the training loop composes. Each lives in the model file that needs it at run time (remote code must
-be self-contained); this package is their one import point for training code."""
+"""Losses as modules (open_clip's `loss.py` style): each returns a dict of named terms whose sum is the loss.
+Models call them in `forward(return_loss=True)`; the training loop logs every term.
 
-from ..models.himo_clip.modeling_himo_clip import (
-    contrastive_loss,
-    gather_with_grad,
-    hide_components,
-    molo_loss,
-    num_principal_components,
-)
+| objective | terms | paper |
+|---|---|---|
+| `ClipLoss` | contrastive_loss | CLIP InfoNCE over the gathered batch |
+| `MoLoLoss` | global_loss, component_loss | HiMo-CLIP Eq. 2-4 (HiDe: `hide_components`) |
+| `SigLipLoss` | sigmoid_loss | SigLIP pairwise sigmoid (F-CAST Eq. 7-8) |
 
-__all__ = ["contrastive_loss", "gather_with_grad", "hide_components", "molo_loss", "num_principal_components"]
+Each module imports only torch and the shared modelling code, so it travels in a model's remote-code bundle.
+"""
+
+from .clip import ClipLoss
+from .molo import MoLoLoss, hide_components, num_principal_components
+from .sigmoid import SigLipLoss
+
+__all__ = ["ClipLoss", "MoLoLoss", "SigLipLoss", "hide_components", "num_principal_components"]

@@ -18,9 +18,12 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
+TASK_STATE_FILE = "task_state_{rank}.pt"
 _CHECKPOINT_NAME = re.compile(r"^step_(\d+)$")
 _TEMP_PREFIX = ".tmp-"
 
@@ -82,12 +85,15 @@ def write_atomic_directory(target: Path, write: Callable[[Path], None], is_main_
     return target
 
 
-def save_checkpoint(accelerator, run_dir: Path, step: int, state: dict, save_total_limit: int) -> Path:
-    """`accelerator.save_state` into `run_dir/step_<step>` atomically, with `state` and a manifest in
-    `trainer_state.json`; then keep only the newest `save_total_limit` checkpoints (0 keeps all)."""
+def save_checkpoint(accelerator, run_dir: Path, step: int, state: dict, task_state: dict,
+                    save_total_limit: int) -> Path:
+    """`accelerator.save_state` into `run_dir/step_<step>` atomically, each process's `task_state` (objective state
+    such as memory queues) in its own file, and `state` with a manifest in `trainer_state.json`; then keep only the
+    newest `save_total_limit` checkpoints (0 keeps all)."""
 
     def write(directory: Path) -> None:
         accelerator.save_state(str(directory))
+        torch.save(task_state, directory / TASK_STATE_FILE.format(rank=accelerator.process_index))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             payload = {**state, "step": step, "manifest": _manifest(directory)}
@@ -142,6 +148,14 @@ def read_state(path: Path) -> dict:
     state = json.loads((Path(path) / STATE_FILE).read_text())
     state.pop("manifest")
     return state
+
+
+def read_task_state(path: Path, rank: int) -> dict:
+    """The task state process `rank` saved with a checkpoint."""
+    file = Path(path) / TASK_STATE_FILE.format(rank=rank)
+    if not file.is_file():
+        raise FileNotFoundError(f"{file} is missing: was the checkpoint written by fewer processes than resume it?")
+    return torch.load(file, weights_only=True)
 
 
 def resolve_resume(run_dir: Path, resume_from_checkpoint: str | None) -> Path | None:

@@ -1,6 +1,6 @@
 """Push a saved checkpoint to the Hub with a model card filled from the run's config and measured eval results.
 
-    card = build_model_card("model_cards/himo_clip.md", repo_id="org/himo-clip", base_model=None,
+    card = build_model_card("model_cards/himo_clip.md", repo_id="org/himo-clip", info=HIMO_CLIP_CARD, base_model=None,
                             datasets=[], config=model.config, training_args=training_args,
                             results=results["himo-clip"], dataset_name="synthetic scenes (test)")
     url = push_to_hub(output_dir / "himo-clip", "org/himo-clip", card=card)   # main process only
@@ -36,15 +36,19 @@ from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TAGS = ("hf-longclip", "himo-clip", "clip", "long-captions", "image-text-retrieval", "custom_code")
+DEFAULT_TAGS = ("hf-longclip", "clip", "long-captions", "image-text-retrieval", "custom_code")
 # results key -> human-readable metric name (the model-index metric type is the key itself unless overridden)
-METRIC_NAMES = {
-    "r1_i2t": "R@1 image→text",
-    "r1_t2i": "R@1 text→image",
-    "himo@2": "HiMo@2",
-    "himo@3": "HiMo@3",
-    "himo@k": "HiMo@K",
-}
+METRIC_NAMES = {"r1_i2t": "R@1 image→text", "r1_t2i": "R@1 text→image"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCardInfo:
+    """What a model's own package tells the card: its tags, the display names of its metrics, and the rows of the
+    training table read from its config (label -> config keys, shown joined by " / ")."""
+
+    tags: tuple[str, ...] = ()
+    metric_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    config_rows: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 RETRY_STATUS = (408, 429)  # besides every 5xx
 STAGED_IGNORE = ("__pycache__", "*.pyc", ".git", ".tmp-*")
 
@@ -73,7 +77,7 @@ def _hub_id(name: str | None) -> str | None:
 
 
 def _setup_rows(config: dict, training_args: dict, base_model: str | None, datasets: Sequence[str],
-                dataset_name: str) -> list[tuple[str, str]]:
+                dataset_name: str, config_rows: Mapping[str, tuple[str, ...]]) -> list[tuple[str, str]]:
     """The 'Training' table: what was trained, on what, with which objective and optimisation settings."""
     text, vision = config.get("text_config") or {}, config.get("vision_config") or {}
     rows: list[tuple[str, Any]] = [
@@ -88,9 +92,9 @@ def _setup_rows(config: dict, training_args: dict, base_model: str | None, datas
                      f"{vision.get('num_hidden_layers')} x {vision.get('hidden_size')} (patch "
                      f"{vision.get('patch_size')}, {vision.get('image_size')} px), projection "
                      f"{config.get('projection_dim')}"))
-    if "hide_tau" in config:
-        rows.append(("HiDe tau / MoLo lambda / HiDe scope",
-                     f"{config['hide_tau']} / {config.get('molo_lambda')} / {config.get('hide_scope')}"))
+    for label, keys in config_rows.items():
+        if keys[0] in config:
+            rows.append((label, " / ".join(str(config.get(key)) for key in keys)))
     max_steps = training_args.get("max_steps")
     if max_steps is not None and max_steps > 0:
         rows.append(("optimizer steps", max_steps))
@@ -112,6 +116,7 @@ def build_model_card(
     template_path: str | os.PathLike,
     *,
     repo_id: str,
+    info: ModelCardInfo = ModelCardInfo(),
     results: Mapping[str, Any],
     config: Any = None,
     training_args: Any = None,
@@ -122,11 +127,9 @@ def build_model_card(
     dataset_split: str | None = "test",
     task_type: str = "zero-shot-image-classification",
     task_name: str = "Long-caption image-text retrieval",
-    metric_names: Mapping[str, str] | None = None,
     metric_types: Mapping[str, str] | None = None,
     model_name: str | None = None,
     license: str = "apache-2.0",
-    tags: Sequence[str] = (),
     **template_kwargs: Any,
 ) -> ModelCard:
     """Render the Jinja model card at `template_path` for one trained checkpoint.
@@ -135,12 +138,13 @@ def build_model_card(
     ...}); finite numbers become `EvalResult`s in the card's `model-index` (one task/dataset entry: `task_type`,
     `dataset_type` (default: `datasets[0]`, else a slug of `dataset_name`), `dataset_name`, `dataset_split`), other
     values (lists, NaN) are left out. Each metric's type is `metric_types.get(key, key)` and its display name
-    `metric_names` / `METRIC_NAMES` / the key. `config` (a PretrainedConfig or dict) and `training_args` (a
+    `info.metric_names` / `METRIC_NAMES` / the key; `info` (from the model's package) also adds its tags and
+    config rows. `config` (a PretrainedConfig or dict) and `training_args` (a
     dataclass or dict) fill the training table. `base_model` goes into the metadata only if it can be a Hub id
     (a local directory is named in the prose only). `template_kwargs` are passed to the template as they are.
     """
     config, training_args = _as_dict(config), _as_dict(training_args)
-    names = {**METRIC_NAMES, **(metric_names or {})}
+    names = {**METRIC_NAMES, **info.metric_names}
     metric_types = metric_types or {}
     dataset_type = dataset_type or (datasets[0] if datasets else "-".join(dataset_name.lower().split()))
     model_name = model_name or repo_id.split("/")[-1]
@@ -162,7 +166,7 @@ def build_model_card(
         license=license,
         library_name="transformers",
         pipeline_tag="zero-shot-image-classification",
-        tags=list(dict.fromkeys([*DEFAULT_TAGS, *tags])),
+        tags=list(dict.fromkeys([*DEFAULT_TAGS, *info.tags])),
         datasets=list(datasets) or None,
         base_model=_hub_id(base_model),
         model_name=model_name if eval_results else None,  # the model-index name; no stray key without results
@@ -180,7 +184,7 @@ def build_model_card(
         dataset_name=dataset_name,
         dataset_split=dataset_split,
         task_name=task_name,
-        setup=_setup_rows(config, training_args, base_model, datasets, dataset_name),
+        setup=_setup_rows(config, training_args, base_model, datasets, dataset_name, info.config_rows),
         training_args=scalar_args,
         results=rows,
         config=config,
@@ -240,7 +244,7 @@ def push_to_hub(
     card: ModelCard | str | None,
     token: str | None = None,
     private: bool = False,
-    commit_message: str = "Upload HiMo-CLIP checkpoint with hf-longclip",
+    commit_message: str = "Upload checkpoint with hf-longclip",
     commit_description: str | None = None,
     revision: str | None = None,
     max_retries: int = 3,

@@ -16,28 +16,28 @@ from accelerate.logging import get_logger
 from accelerate.utils import DistributedType, InitProcessGroupKwargs, parse_flag_from_env, set_seed
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
-from transformers import PreTrainedModel, get_cosine_schedule_with_warmup
+from transformers import get_cosine_schedule_with_warmup
 from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
 
-from .checkpoint import read_state, resolve_resume, save_checkpoint, write_atomic_directory
+from ..modeling_common.dual_encoder import sum_of_terms
+from .checkpoint import read_state, read_task_state, resolve_resume, save_checkpoint, write_atomic_directory
+from .task import Task
 
 logger = get_logger(__name__)
 
-MAX_LOGIT_SCALE = math.log(100.0)  # CLIP's clamp of the learned temperature
-
 
 @dataclass
-class TrainingArguments:
+class LoopArguments:
     """Optimisation, checkpointing and logging settings shared by every example script (HfArgumentParser turns
     them into flags)."""
 
-    output_dir: str = field(default="outputs/himo", metadata={"help": "where checkpoints and results go"})
+    output_dir: str = field(default="outputs", metadata={"help": "where checkpoints and results go"})
     seed: int = field(default=0, metadata={"help": "seed of model init, data order and dropout"})
-    num_train_epochs: float = field(default=2.5, metadata={"help": "passes over the training split"})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "passes over the training split"})
     max_steps: int = field(default=-1, metadata={"help": "if > 0, stop after this many optimizer steps (overrides "
                                                          "epochs)"})
-    per_device_train_batch_size: int = field(default=64, metadata={"help": "batch per process (HiDe sees the "
-                                                                           "global batch)"})
+    per_device_train_batch_size: int = field(default=64, metadata={"help": "batch per process (contrastive "
+                                                                           "losses see the global batch)"})
     per_device_eval_batch_size: int = field(default=128)
     gradient_accumulation_steps: int = field(default=1, metadata={
         "help": "optimizer step every N micro-batches. The contrastive loss still sees one micro-batch of "
@@ -71,7 +71,7 @@ class TrainingArguments:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
-def make_accelerator(args: TrainingArguments) -> Accelerator:
+def make_accelerator(args: LoopArguments) -> Accelerator:
     """The Accelerator for `args` under whatever `accelerate launch` configured (DDP, DeepSpeed, precision).
 
     Without CUDA, several processes need `cpu=True` to form a gloo group (accelerate 1.15 otherwise gives each
@@ -127,15 +127,6 @@ def _parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def _gathered(param: torch.nn.Parameter, modifier_rank: int | None = None):
-    """Context in which a ZeRO-3 partitioned parameter holds its full value (a no-op for any other parameter)."""
-    if hasattr(param, "ds_id"):
-        import deepspeed
-
-        return deepspeed.zero.GatheredParameters([param], modifier_rank=modifier_rank)
-    return contextlib.nullcontext()
-
-
 @contextlib.contextmanager
 def whole_model_init(accelerator: Accelerator):
     """Build (or load) models whole inside this context, even under ZeRO-3, where transformers would otherwise
@@ -153,25 +144,17 @@ def whole_model_init(accelerator: Accelerator):
         plugin.set_deepspeed_weakref()
 
 
-def clamp_logit_scale(accelerator: Accelerator, model: torch.nn.Module) -> float:
-    """Clamp the learned log temperature to [0, ln 100] in place (CLIP) and return exp of it."""
-    param = accelerator.unwrap_model(model).logit_scale
-    with _gathered(param, modifier_rank=0), torch.no_grad():
-        param.clamp_(0, MAX_LOGIT_SCALE)
-        return param.exp().item()
-
-
 @torch.no_grad()
-def validation_loss(model, dataset: Dataset, collate_fn, batch_size: int, accelerator: Accelerator) -> float:
+def validation_loss(task: Task, model, dataset: Dataset, batch_size: int, accelerator: Accelerator) -> float:
     """Mean training objective over `dataset`, every process evaluating its shard (works under ZeRO-3)."""
     loader = accelerator.prepare_data_loader(
-        DataLoader(dataset, batch_size=batch_size, drop_last=True, collate_fn=collate_fn)
+        DataLoader(dataset, batch_size=batch_size, drop_last=True, collate_fn=task.collate_fn)
     )
     was_training = model.training
     model.eval()
     total, count = torch.zeros((), device=accelerator.device), 0
     for batch in loader:
-        total += model(**batch, return_loss=True).loss.float()
+        total += sum_of_terms(task.compute_loss(model, batch)).float()
         count += 1
     model.train(was_training)
     if count == 0:
@@ -180,22 +163,23 @@ def validation_loss(model, dataset: Dataset, collate_fn, batch_size: int, accele
 
 
 def train(
-    model: PreTrainedModel,
+    task: Task,
     train_dataset: Dataset,
-    collate_fn,
-    args: TrainingArguments,
+    args: LoopArguments,
     accelerator: Accelerator,
     run_name: str = "train",
     eval_dataset: Dataset | None = None,
 ) -> tuple[torch.nn.Module, list[dict]]:
-    """Train `model` with its own `forward(..., return_loss=True)` objective.
+    """Train `task.model` on the sum of `task.compute_loss`'s terms (see `hf_longclip.training.task`).
 
-    Returns the prepared (wrapped) model, for `save_model`, and the logged history (step, mean loss over
-    processes, learning rate, logit scale, and the validation loss every `eval_steps`). Checkpoints go to
-    `<output_dir>/checkpoints/<run_name>/`; `args.resume_from_checkpoint` continues from there exactly: same
-    weights, optimizer, schedule, RNG states and data order as a run that was never interrupted.
+    Returns the prepared (wrapped) model, for `save_model`, and the logged history (step, the loss and each of its
+    terms averaged over processes, learning rate, what `task.after_optimizer_step` reports, and the validation
+    loss every `eval_steps`). Checkpoints go to `<output_dir>/checkpoints/<run_name>/`;
+    `args.resume_from_checkpoint` continues from there exactly: same weights, optimizer, schedule, RNG states,
+    data order and task state as a run that was never interrupted.
     """
     set_seed(args.seed)
+    model = task.model
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     loader = DataLoader(
@@ -203,7 +187,7 @@ def train(
         batch_size=args.per_device_train_batch_size,
         sampler=EpochShuffleSampler(len(train_dataset), args.seed),
         drop_last=True,  # the contrastive gather needs equal batches on every process
-        collate_fn=collate_fn,
+        collate_fn=task.collate_fn,
     )
     optimizer = torch.optim.AdamW(
         _parameter_groups(model, args.weight_decay), lr=args.learning_rate, betas=(0.9, args.adam_beta2)
@@ -231,6 +215,7 @@ def train(
         state = read_state(resume)
         step, epoch, batches_done, history = (state["step"], state["epoch"], state["batches_in_epoch"],
                                               state["history"])
+        task.load_state_dict(read_task_state(resume, accelerator.process_index))
         logger.info(f"{run_name}: resumed from {resume} at step {step}", main_process_only=True)
     elif run_dir.exists() and accelerator.is_main_process:
         logger.warning(f"{run_name}: starting afresh, removing old checkpoints in {run_dir}")
@@ -246,7 +231,8 @@ def train(
         batches.set_epoch(epoch)  # accelerate's loaders hand their own epoch count to the sampler at each pass
         for batch in batches:
             with accelerator.accumulate(model):
-                loss = model(**batch, return_loss=True).loss
+                terms = task.compute_loss(model, batch)
+                loss = sum_of_terms(terms)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and args.max_grad_norm > 0:
                     accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
@@ -258,16 +244,19 @@ def train(
                 continue
             step += 1
             progress.update(1)
-            logit_scale = clamp_logit_scale(accelerator, model)
+            updates = task.after_optimizer_step(model, accelerator)
             record = {}
             if step % args.logging_steps == 0 or step == total_steps:
-                record.update(loss=accelerator.reduce(loss.detach().float(), reduction="mean").item(),
-                              lr=scheduler.get_last_lr()[0], logit_scale=logit_scale)
+                record["loss"] = accelerator.reduce(loss.detach().float(), reduction="mean").item()
+                if len(terms) > 1:
+                    record.update({name: accelerator.reduce(term.detach().float(), reduction="mean").item()
+                                   for name, term in terms.items()})
+                record.update(lr=scheduler.get_last_lr()[0], **updates)
                 progress.set_postfix(loss=f"{record['loss']:.3f}")
             if eval_dataset is not None and args.eval_steps > 0 and (step % args.eval_steps == 0
                                                                      or step == total_steps):
-                record["eval_loss"] = validation_loss(model, eval_dataset, collate_fn,
-                                                      args.per_device_eval_batch_size, accelerator)
+                record["eval_loss"] = validation_loss(task, model, eval_dataset, args.per_device_eval_batch_size,
+                                                      accelerator)
             if record:
                 history.append({"step": step, **record})
                 accelerator.log({f"{run_name}/{key}": value for key, value in record.items()}, step=step)
@@ -275,7 +264,7 @@ def train(
             if args.checkpointing_steps > 0 and (step % args.checkpointing_steps == 0 or step == total_steps):
                 state = {"epoch": epoch, "batches_in_epoch": batches_done, "history": history,
                          "run_name": run_name, "training_args": asdict(args)}
-                save_checkpoint(accelerator, run_dir, step, state, args.save_total_limit)
+                save_checkpoint(accelerator, run_dir, step, state, task.state_dict(), args.save_total_limit)
             if step >= total_steps:
                 break
     progress.close()

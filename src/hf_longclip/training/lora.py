@@ -1,17 +1,17 @@
-"""Parameter-efficient fine-tuning of HiMo-CLIP with LoRA (peft).
+"""Parameter-efficient fine-tuning of any of the library's models with LoRA (peft).
 
-    model = HiMoCLIPModel.from_pretrained(base_dir)      # or from_clip(...), or a model built from a config
+    model = AutoModel.from_pretrained(base_dir, trust_remote_code=True)   # or from_clip(...), or from a config
     if lora_args.lora_r > 0:
         model = apply_lora(model, lora_args)             # a peft.PeftModel; base weights frozen
         trainable, total = count_parameters(model)
-    model, history = train(model, ...)                   # the shared loop; model(**batch, return_loss=True)
+    model, history = train(task, ...)                    # the shared loop; task.model = the PeftModel
     save_model(accelerator, model, adapter_dir)          # a PeftModel saves its adapter only (adapter_config.json,
                                                          # adapter_model.safetensors), also via save_pretrained
-    model = merge_lora(model)                            # a plain HiMoCLIPModel again (DDP wrapper removed)
+    model = merge_lora(model)                            # the plain model again (DDP wrapper removed)
     save_model(accelerator, model, checkpoint_dir)       # normal checkpoint: AutoModel + trust_remote_code loads it
 
 `PeftModel.forward` hands every keyword (`input_ids`, `pixel_values`, `attention_mask`, `return_loss`, ...) to
-`HiMoCLIPModel.forward` unchanged, so the MoLo loss is the wrapped model's loss. Attributes the wrapper does not
+the wrapped model's `forward` unchanged, so the objective is the wrapped model's. Attributes the wrapper does not
 have are looked up on the wrapped model: `peft_model.get_text_features(...)`, `peft_model.get_image_features(...)`
 and `peft_model.logit_scale` (the very parameter of the base model) all work, also on
 `accelerator.unwrap_model(prepared_model)`, which returns the PeftModel.
@@ -24,13 +24,13 @@ with the base's temperature. CLIP LoRA recipes keep the pretrained temperature a
 
 Reload an adapter onto its base (the same weights it was trained on):
 
-    base = AutoModel.from_pretrained(base_dir, trust_remote_code=True)    # or HiMoCLIPModel.from_pretrained(...)
+    base = AutoModel.from_pretrained(base_dir, trust_remote_code=True)
     model = PeftModel.from_pretrained(base, adapter_dir)                  # is_trainable=True to train on
-    # or, with hf_longclip installed and adapter_config.json's base_model_name_or_path pointing at a HiMo checkpoint:
+    # or, with hf_longclip installed and adapter_config.json's base_model_name_or_path pointing at our checkpoint:
     model = AutoPeftModel.from_pretrained(adapter_dir, import_allowlist=["hf_longclip"])
 
 `adapter_config.json` records `base_model_name_or_path`: the base's own `name_or_path` (set by `from_pretrained`)
-or the path passed to `apply_lora`. A model built from a config or with `HiMoCLIPModel.from_clip` has none, so
+or the path passed to `apply_lora`. A model built from a config or with `from_clip` has none, so
 save that base first and pass its directory, else the field is null and the base must be rebuilt by hand.
 """
 
@@ -136,7 +136,7 @@ def apply_lora(model: PreTrainedModel, args: LoraArguments, base_model_name_or_p
 
 
 def merge_lora(peft_model: PeftModel) -> PreTrainedModel:
-    """Fold the adapters into the base weights and return the base model (e.g. a `HiMoCLIPModel`) without LoRA
+    """Fold the adapters into the base weights and return the base model without LoRA
     layers, whose `save_pretrained` writes an ordinary checkpoint. `modules_to_save` copies replace the originals.
 
     Takes the PeftModel or what `accelerator.prepare` made of it (DDP is unwrapped; a ZeRO-3 partitioned model

@@ -2,11 +2,13 @@
 
 from transformers import CLIPConfig
 
+from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+from hf_longclip.objectives.molo import HIDE_SCOPES
+
 HIMO_TEXT_POSITIONS = 248  # Long-CLIP stretching of CLIP's 77 positions: 4 * 77 - 3 * 20
-HIDE_SCOPES = ("global", "local")
 
 
-class HiMoCLIPConfig(CLIPConfig):
+class HiMoCLIPConfig(CodeBundleMixin, CLIPConfig):
     r"""
     Configuration of [`HiMoCLIPModel`]. All [`CLIPConfig`] arguments apply; the text encoder defaults to
     248 positions. HiMo-specific arguments (HiMo-CLIP, Wu et al., AAAI 2026):

@@ -2,10 +2,12 @@
 
 from transformers import BatchEncoding, ProcessorMixin
 
+from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+
 from .configuration_himo_clip import HIMO_TEXT_POSITIONS
 
 
-class HiMoCLIPProcessor(ProcessorMixin):
+class HiMoCLIPProcessor(CodeBundleMixin, ProcessorMixin):
     """Prepares `input_ids`/`attention_mask` (at most `max_length` tokens, end-of-text kept last when truncating)
     and `pixel_values` for [`HiMoCLIPModel`]."""
 

@@ -1,0 +1,68 @@
+"""Position encodings for long texts, shared by the models: Long-CLIP's stretching of a learned table (HiMo-CLIP)
+and rotary embeddings with NTK-scaled frequencies (OneLIP Eq. 2, Sec. 4.1)."""
+
+import torch
+from torch import nn
+from transformers import PretrainedConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+LONGCLIP_KEEP_POSITIONS = 20
+LONGCLIP_STRETCH_FACTOR = 4
+
+
+def stretch_position_embeddings(
+    weight: torch.Tensor, keep: int = LONGCLIP_KEEP_POSITIONS, factor: int = LONGCLIP_STRETCH_FACTOR
+) -> torch.Tensor:
+    """Long-CLIP's knowledge-preserved stretching of a (L, D) position table to (factor * L - (factor - 1) * keep, D).
+
+    Rows [0, keep) are kept; each later row i is followed by factor - 1 rows linearly interpolated towards row
+    i + 1; the last row is extrapolated factor - 1 times along its difference to the row before. For CLIP,
+    77 positions become 4 * 77 - 3 * 20 = 248.
+    """
+    length, dim = weight.shape
+    if not 0 <= keep <= length - 2 or factor < 1:
+        raise ValueError(f"cannot stretch {length} positions keeping {keep} with factor {factor}")
+    frac = torch.arange(factor, dtype=weight.dtype, device=weight.device) / factor
+    tail = weight[keep:]
+    interpolated = tail[:-1, None] * (1 - frac)[None, :, None] + tail[1:, None] * frac[None, :, None]
+    extrapolated = weight[-1] + frac[:, None] * (weight[-1] - weight[-2])
+    return torch.cat([weight[:keep], interpolated.reshape(-1, dim), extrapolated])
+
+
+def ntk_inverse_frequencies(
+    head_dim: int, base_length: int, target_length: int, gamma: float = 8.0, theta: float = 10000.0
+) -> torch.Tensor:
+    """RoPE inverse frequencies with OneLIP's NTK scaling (Sec. 4.1): the base theta is multiplied by
+    ((gamma * T_g / T_f) - (gamma - 1)) ** (d / (d - 2)), T_f = `base_length`, T_g = `target_length`.
+
+    This is transformers' dynamic-NTK initialisation evaluated at T_g, so it is computed by that utility.
+    """
+    if head_dim < 4 or head_dim % 2:
+        raise ValueError(f"rotary embeddings need an even head dimension >= 4, got {head_dim}")
+    config = PretrainedConfig(
+        hidden_size=head_dim, num_attention_heads=1, head_dim=head_dim, max_position_embeddings=base_length,
+        rope_parameters={"rope_type": "dynamic", "rope_theta": theta, "factor": gamma},
+    )
+    inv_freq, _ = ROPE_INIT_FUNCTIONS["dynamic"](config, seq_len=target_length)
+    return inv_freq
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables of rotary position embeddings for given position ids; `apply_rotary` rotates q and k with
+    them (transformers' `apply_rotary_pos_emb`, half-split convention)."""
+
+    def __init__(self, inv_freq: torch.Tensor):
+        super().__init__()
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq
+        angles = torch.cat([freqs, freqs], dim=-1)
+        return angles.cos(), angles.sin()
+
+
+def apply_rotary(query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """Rotate (batch, heads, length, head_dim) queries and keys by position (RoFormer; OneLIP Eq. 2); `cos` and `sin`
+    are (batch, length, head_dim), from `RotaryEmbedding`."""
+    return apply_rotary_pos_emb(query, key, cos.to(query.dtype), sin.to(query.dtype))

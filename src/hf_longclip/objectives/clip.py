@@ -1,0 +1,23 @@
+"""CLIP's objective: symmetric InfoNCE over the global batch."""
+
+import torch
+from torch import nn
+
+from hf_longclip.modeling_common.losses import check_paired_embeddings, contrastive_loss, gather_with_grad
+
+
+class ClipLoss(nn.Module):
+    """Symmetric InfoNCE (CLIP; HiMo-CLIP Eq. 2; OneLIP Eq. 1) of L2-normalised embeddings against the batch
+    gathered with gradient from every process. Returns `{"contrastive_loss": ...}`."""
+
+    def __init__(self, label_smoothing: float = 0.0):
+        super().__init__()
+        self.label_smoothing = label_smoothing
+
+    def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor) -> dict:
+        check_paired_embeddings(image_embeds, text_embeds)
+        all_image, offset = gather_with_grad(image_embeds)
+        all_text, _ = gather_with_grad(text_embeds)
+        loss = contrastive_loss(image_embeds, text_embeds, all_image, all_text, logit_scale, offset,
+                                self.label_smoothing)
+        return {"contrastive_loss": loss}

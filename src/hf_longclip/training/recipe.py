@@ -1,0 +1,148 @@
+"""What every example script does around the shared loop, for each variant it compares: build, optionally wrap in
+LoRA, train, merge, save atomically, reload the saved checkpoint through `AutoModel(trust_remote_code=True)` (so
+what is evaluated is what users load), evaluate; then write `results.json` and the loss curves, print the table and
+push each checkpoint with its model card.
+
+    results, histories = train_variants(accelerator, variants, build, evaluate, dataset, loop_args, lora_args)
+    publish(accelerator, results, histories, ...)
+
+A script keeps only what is its model's own: how to build each variant, how to evaluate it, its card template and
+card info (from the model's package), and its own plots.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.logging import get_logger
+from transformers import AutoModel
+
+from ..fileio import write_atomic
+from ..plots import plot_loss_curves
+from .hub import ModelCardInfo, build_model_card, push_to_hub
+from .lora import LoraArguments, apply_lora, count_parameters, merge_lora
+from .loop import LoopArguments, save_model, train, whole_model_init
+from .task import Task
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class HubArguments:
+    push_to_hub: bool = field(default=False, metadata={"help": "upload each trained variant with its model card"})
+    hub_model_id: str | None = field(default=None, metadata={
+        "help": "ORG/NAME; with several variants each goes to ORG/NAME-<variant>"})
+    hub_private: bool = field(default=False, metadata={"help": "create private repos"})
+
+    def __post_init__(self):
+        if self.push_to_hub and not self.hub_model_id:
+            raise ValueError("--push_to_hub needs --hub_model_id ORG/NAME")
+
+    def repo_ids(self, variants: Sequence[str]) -> dict[str, str]:
+        if len(variants) == 1:
+            return {variants[0]: self.hub_model_id}
+        return {variant: f"{self.hub_model_id}-{variant}" for variant in variants}
+
+
+def parse_variants(text: str, known: Sequence[str]) -> list[str]:
+    """The comma-separated variant names of `text`, each one of `known`."""
+    variants = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = sorted(set(variants) - set(known))
+    if unknown or not variants:
+        raise SystemExit(f"unknown variants {unknown}; choose from {list(known)}")
+    return variants
+
+
+def train_variants(
+    accelerator: Accelerator,
+    variants: Sequence[str],
+    build: Callable[[str], tuple[Task, object]],
+    evaluate: Callable[[torch.nn.Module, object], dict],
+    dataset,
+    loop_args: LoopArguments,
+    lora_args: LoraArguments,
+) -> tuple[dict[str, dict], dict[str, list[dict]]]:
+    """Train, save and evaluate each variant; return {variant: metrics} and {variant: history}.
+
+    `build(variant) -> (task, processor)` is called with every variant built whole (also under ZeRO-3) from the
+    same seed; `evaluate(model, processor)` runs on the main process on the reloaded checkpoint. A resumed run
+    (`--resume_from_checkpoint`) skips variants whose evaluation is already written.
+    """
+    if lora_args.lora_r > 0 and getattr(accelerator.state.deepspeed_plugin, "zero_stage", None) == 3:
+        raise SystemExit("LoRA under ZeRO-3 is not supported (merging needs whole weights): use ZeRO-2 or DDP")
+    output_dir = Path(loop_args.output_dir)
+    results, histories = {}, {}
+    for variant in variants:
+        eval_file = output_dir / "eval" / f"{variant}.json"  # written last: a resumed run skips finished variants
+        if loop_args.resume_from_checkpoint and eval_file.is_file():
+            results[variant], histories[variant] = json.loads(eval_file.read_text()).values()
+            continue
+        with whole_model_init(accelerator):
+            task, processor = build(variant)
+        if lora_args.lora_r > 0:
+            base_dir = output_dir / f"{variant}-lora" / "base"
+            save_model(accelerator, task.model, base_dir, processor)  # what the adapter applies to
+            task.model = apply_lora(task.model, lora_args, base_model_name_or_path=str(base_dir))
+            trainable, total = count_parameters(task.model)
+            logger.info(f"{variant}: LoRA trains {trainable:,} of {total:,} parameters", main_process_only=True)
+        model, histories[variant] = train(task, dataset["train"], loop_args, accelerator, run_name=variant,
+                                          eval_dataset=dataset["validation"])
+        if lora_args.lora_r > 0:
+            save_model(accelerator, model, output_dir / f"{variant}-lora" / "adapter")
+            model = merge_lora(model)
+        save_model(accelerator, model, output_dir / variant, processor)
+        if accelerator.is_main_process:  # evaluate what was saved: the same under every engine, ZeRO-3 included
+            with whole_model_init(accelerator):
+                saved = AutoModel.from_pretrained(output_dir / variant, trust_remote_code=True, dtype=torch.float32)
+            results[variant] = evaluate(saved.to(accelerator.device), processor)
+            eval_file.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(eval_file, json.dumps({"results": results[variant], "history": histories[variant]}))
+        accelerator.wait_for_everyone()
+        accelerator.free_memory()
+    return results, histories
+
+
+def format_table(results: Mapping[str, Mapping[str, float]], metrics: Sequence[str]) -> str:
+    """One row per variant, one column per metric."""
+    width = max([12, *(len(variant) + 2 for variant in results)])
+    header = f"{'model':<{width}}" + "".join(f"{name:>10}" for name in metrics)
+    rows = [f"{variant:<{width}}" + "".join(f"{values[name]:>10.3f}" for name in metrics)
+            for variant, values in results.items()]
+    return "\n".join([header, "-" * len(header), *rows])
+
+
+def publish(
+    accelerator: Accelerator,
+    results: dict[str, dict],
+    histories: dict[str, list[dict]],
+    *,
+    output_dir: str | Path,
+    metrics: Sequence[str],
+    card_template: str | Path,
+    card_info: ModelCardInfo,
+    hub_args: HubArguments,
+    run_args: Mapping,
+    base_model: str | None = None,
+) -> None:
+    """Main process: `results.json`, `loss_curves.png`, the table on stdout and, with `--push_to_hub`, each variant's
+    checkpoint pushed with its card (`run_args`: every argument of the run, shown in the card)."""
+    if not accelerator.is_main_process:
+        return
+    output_dir = Path(output_dir)
+    (output_dir / "results.json").write_text(json.dumps({"results": results, "training": histories}, indent=2))
+    plot_loss_curves(histories, output_dir / "loss_curves.png")
+    print(format_table(results, metrics))
+    print(f"\ncheckpoints, results.json and plots in {output_dir}/")
+    if not hub_args.push_to_hub:
+        return
+    for variant, repo_id in hub_args.repo_ids(list(results)).items():
+        config = json.loads((output_dir / variant / "config.json").read_text())
+        card = build_model_card(card_template, repo_id=repo_id, info=card_info, results=results[variant],
+                                config=config, training_args={**run_args, "variant": variant}, base_model=base_model)
+        url = push_to_hub(output_dir / variant, repo_id, card=card, private=hub_args.hub_private)
+        print(f"pushed {variant} to {url}")
