@@ -52,7 +52,8 @@ def main() -> None:
     text = F.normalize(torch.randn(args.batch_size, config["projection_dim"]), dim=-1).requires_grad_()
     scale = torch.tensor(14.3)
     losses = compare(
-        {weight: lambda weight=weight: sum(MoLoLoss(weight=weight)(image, text, scale).values()).backward() for weight in (0.0, 1.0)},
+        {weight: lambda weight=weight: sum(MoLoLoss(weight=weight)(image, text, scale).values()).backward()
+         for weight in (0.0, 1.0)},
         repeats=20 * args.repeats,
     )
     extra = losses[1.0] - losses[0.0]

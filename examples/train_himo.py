@@ -28,9 +28,9 @@ from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.evaluation import evaluate_long_captions
 from hf_longclip.models.himo_clip import HIMO_CLIP_CARD
-from hf_longclip.plots import plot_prefix_similarity
-from hf_longclip.training.lora import LoraArguments
+from hf_longclip.plots import coverage, plot_prefix_similarity
 from hf_longclip.training.loop import LoopArguments, make_accelerator
+from hf_longclip.training.lora import LoraArguments
 from hf_longclip.training.recipe import HubArguments, parse_variants, publish, train_variants
 from hf_longclip.training.task import ContrastiveTask
 
@@ -48,19 +48,21 @@ LOOP_DEFAULTS = dict(output_dir="outputs/himo", num_train_epochs=2.5)
 class ScriptArguments:
     variants: str = field(default="clip-77,clip-248,himo-clip", metadata={"help": f"comma list of {list(VARIANTS)}"})
     init_from_clip: str | None = field(
-        default=None, metadata={"help": "CLIPModel Hub id or directory to start from; default: small model from scratch"}
+        default=None, metadata={"help": "CLIPModel Hub id or directory to start from; None: a small model from scratch"}
     )
     hide_tau: float = field(default=0.9, metadata={"help": "HiDe explained-variance threshold (Sec. 3.2)"})
     molo_lambda: float = field(default=1.0, metadata={"help": "MoLo component-loss weight (Eq. 4)"})
     hide_scope: str = field(default="global", metadata={"help": "'global' (gathered batch) or 'local' PCA"})
-    dataset_seed: int = field(default=0)
-    num_train: int = field(default=4000)
-    num_test: int = field(default=512)
-    image_size: int = field(default=64)
+    dataset_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (images and captions)"})
+    num_train: int = field(default=4000, metadata={"help": "synthetic training scenes"})
+    num_test: int = field(default=512, metadata={"help": "synthetic test scenes, for the final evaluation"})
+    image_size: int = field(default=64, metadata={"help": "side in pixels of the synthetic images and of the "
+                                                          "scratch model's input"})
     hidden_size: int = field(default=128, metadata={"help": "width of both encoders when training from scratch"})
-    num_layers: int = field(default=2)
-    num_heads: int = field(default=4)
-    patch_size: int = field(default=8)
+    num_layers: int = field(default=2, metadata={"help": "transformer layers of each encoder when training from "
+                                                         "scratch"})
+    num_heads: int = field(default=4, metadata={"help": "attention heads of each layer when training from scratch"})
+    patch_size: int = field(default=8, metadata={"help": "vision patch side in pixels when training from scratch"})
 
 
 def scratch_model(args: ScriptArguments, tokenizer, positions: int, molo_lambda: float) -> HiMoCLIPModel:
@@ -117,8 +119,10 @@ def main() -> None:
         dataset, loop_args, lora_args,
     )
     if accelerator.is_main_process:
+        first = next(iter(results.values()))
         plot_prefix_similarity({v: r["mean_similarity_by_prefix"] for v, r in results.items()},
-                               Path(loop_args.output_dir) / "prefix_similarity.png")
+                               Path(loop_args.output_dir) / "prefix_similarity.png",
+                               coverage(first["num_images"], first["num_prefixes"], "caption prefixes (test split)"))
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
             card_template=MODEL_CARD, card_info=HIMO_CLIP_CARD, hub_args=hub_args, run_args=run_args,
             base_model=script_args.init_from_clip)

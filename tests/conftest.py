@@ -63,6 +63,19 @@ CAPTIONS = [
 
 
 @pytest.fixture
+def accelerator():
+    """A single-process CPU Accelerator, with accelerate's singletons reset around the test."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    yield Accelerator(cpu=True)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+@pytest.fixture
 def processor() -> HiMoCLIPProcessor:
     return tiny_processor()
 
@@ -118,3 +131,21 @@ def molo_loss(image_embeds, text_embeds, logit_scale, tau: float = 0.9, weight: 
     from hf_longclip.objectives import MoLoLoss
 
     return sum(MoLoLoss(tau, weight, scope)(image_embeds, text_embeds, logit_scale).values())
+
+
+def kill_when_written(command: list[str], path, env: dict, cwd, timeout: float = 600) -> None:
+    """Start `command` in its own process group and SIGKILL the whole group as soon as `path` exists (a checkpoint
+    of the run); fail if it never appears."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    process = subprocess.Popen(command, env=env, cwd=cwd, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert path.exists(), f"the run ended before writing {path}"

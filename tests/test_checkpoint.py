@@ -30,7 +30,8 @@ def saved(tmp_path):
     for step in (1, 2, 3):
         model(torch.randn(2, 4)).sum().backward()
         optimizer.step()
-        save_checkpoint(accelerator, run_dir, step, {"epoch": 0, "batches_in_epoch": step}, save_total_limit=0)
+        save_checkpoint(accelerator, run_dir, step, {"epoch": 0, "batches_in_epoch": step}, process_state={},
+                            save_total_limit=0)
     return run_dir
 
 
@@ -78,7 +79,7 @@ def test_rotation_keeps_the_newest(tmp_path):
     accelerator = Accelerator(cpu=True)
     model = accelerator.prepare(torch.nn.Linear(2, 2))
     for step in range(1, 6):
-        save_checkpoint(accelerator, tmp_path, step, {"epoch": 0}, save_total_limit=2)
+        save_checkpoint(accelerator, tmp_path, step, {"epoch": 0}, process_state={}, save_total_limit=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000004", "step_00000005"]
     del model
 

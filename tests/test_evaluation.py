@@ -178,7 +178,25 @@ def test_loss_curves_skip_records_without_a_training_loss(tmp_path, monkeypatch)
     history = [{"step": 10, "eval_loss": 3.0}, {"step": 20, "loss": 2.5, "eval_loss": 2.9}, {"step": 25, "loss": 2.0}]
     path = plot_loss_curves({"himo-clip": history}, tmp_path / "loss_curves.png")
     assert plotted == [([20, 25], [2.5, 2.0], "himo-clip")]
-    assert Image.open(path).size == (720, 480)  # 6 x 4 inches at 120 dpi
+    assert Image.open(path).size == (600, 456)  # one panel: 5 x 3.8 inches at 120 dpi
+
+
+def test_loss_curves_have_one_panel_per_objective_term(tmp_path):
+    from matplotlib.figure import Figure
+
+    from hf_longclip.plots import plot_loss_curves
+
+    titles = []
+    original = Figure.savefig
+    history = [{"step": 1, "loss": 9.0, "global_loss": 4.0, "component_loss": 5.0, "eval_loss": 8.0},
+               {"step": 20, "loss": 3.0, "global_loss": 1.0, "component_loss": 2.0}]
+    try:
+        Figure.savefig = lambda self, *args, **kwargs: (titles.extend(ax.get_title() for ax in self.axes)
+                                                        or original(self, *args, **kwargs))
+        plot_loss_curves({"himo-clip": history, "clip-248": [{"step": 1, "loss": 4.0}]}, tmp_path / "loss.png")
+    finally:
+        Figure.savefig = original
+    assert titles == ["loss (each run's own objective)", "global_loss", "component_loss"]
 
 
 class NoPositionTable:

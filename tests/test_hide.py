@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from conftest import molo_loss
+
 from hf_longclip.objectives import hide_components, num_principal_components
 from hf_longclip.objectives.molo import _LowRankReconstruction
 

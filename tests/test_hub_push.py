@@ -161,7 +161,8 @@ def checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("run") / "himo-clip"
     model = tiny_himo()
     expected = _save_checkpoint(model, tiny_processor(), CAPTIONS, path)
-    card = build_model_card(TEMPLATE, repo_id="org/himo-tiny", info=HIMO_CLIP_CARD, results=RESULTS, config=model.config,
+    card = build_model_card(TEMPLATE, repo_id="org/himo-tiny", info=HIMO_CLIP_CARD, results=RESULTS,
+                            config=model.config,
                             training_args=TRAINING_ARGS, base_model=None, datasets=[],
                             dataset_name="synthetic scenes")
     return {"path": path, "expected": expected, "card": card, "digest": folder_digest(path)}

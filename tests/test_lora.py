@@ -5,8 +5,6 @@ import json
 
 import pytest
 import torch
-from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
 from peft import AutoPeftModel, PeftModel
 from safetensors.torch import load_file
@@ -15,22 +13,13 @@ from transformers import HfArgumentParser
 
 from hf_longclip import HiMoCLIPModel
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.training.lora import LoraArguments, apply_lora, count_parameters, merge_lora
 from hf_longclip.training.loop import LoopArguments, train
+from hf_longclip.training.lora import LoraArguments, apply_lora, count_parameters, merge_lora
 from hf_longclip.training.task import ContrastiveTask
 
 POSITIONS = "text_model.embeddings.position_embedding"
 # Merged weights W + s B A and the unmerged x W^T + s (x A^T) B^T differ by float32 rounding only (measured ~2e-7).
 MERGE_TOLERANCE = dict(atol=1e-5, rtol=1e-5)
-
-
-@pytest.fixture
-def accelerator():
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-    yield Accelerator(cpu=True)
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
 
 
 def _outputs(model, inputs: dict) -> dict:

@@ -3,13 +3,12 @@ latest checkpoint restores it exactly, so the run ends with the queue, weights a
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
+from conftest import kill_when_written
 from safetensors.torch import load_file
 
 SCRIPT = Path(__file__).with_name("queue_task_script.py")
@@ -29,18 +28,12 @@ def test_killed_run_resumes_with_the_task_state_of_an_uninterrupted_run(tmp_path
     result = subprocess.run(_command(uninterrupted), env=_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
 
-    process = subprocess.Popen(_command(interrupted), env=_env(tmp_path), start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first_checkpoint = interrupted / "checkpoints" / "queue" / "step_00000004"
-    deadline = time.monotonic() + 300
-    while not first_checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    assert first_checkpoint.exists() and not (interrupted / "model").exists()
+    kill_when_written(_command(interrupted), first_checkpoint, _env(tmp_path), tmp_path)
+    assert not (interrupted / "model").exists(), "the run finished before it was killed"
     # what the checkpoint holds is the queue at that step: full, since 4 steps of 8 samples exceed its 24 rows
-    saved = torch.load(first_checkpoint / "task_state_0.pt", weights_only=True)
-    assert saved["queue"].shape == (24, 16)
+    saved = torch.load(first_checkpoint / "process_state_0.pt", weights_only=True)
+    assert saved["task"]["queue"].shape == (24, 16)
 
     result = subprocess.run(_command(interrupted, "--resume"), env=_env(tmp_path), capture_output=True, text=True,
                             timeout=600)

@@ -26,6 +26,7 @@ def test_accelerate_launch_train_himo_end_to_end(tmp_path):
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "himo-clip" in result.stdout and "r1_i2t" in result.stdout  # the results table
+    assert "himo-clip step 1/3 {'loss'" in result.stderr  # the loop's records reach the log (info, main process)
 
     report = json.loads((tmp_path / "results.json").read_text())
     assert set(report["results"]) == {"clip-77", "clip-248", "himo-clip"}

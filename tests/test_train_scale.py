@@ -8,14 +8,13 @@ Each launch trains one tiny HiMo-CLIP (width 32, one layer) on 128 synthetic sce
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import kill_when_written
 from fake_hub import FakeHub
 from safetensors.torch import load_file
 from test_hub_push import TOKEN, hub_env
@@ -111,15 +110,8 @@ def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(processes, da
 
     interrupted = tmp_path / "interrupted"
     command = launch_command(interrupted, engine, *steps)
-    process = subprocess.Popen(command, env=script_env(datasets_cache), cwd=tmp_path, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first_checkpoint = interrupted / "checkpoints" / "himo-clip" / "step_00000010"
-    deadline = time.monotonic() + 600
-    while not first_checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    assert first_checkpoint.exists(), "the run ended before its first checkpoint"
+    kill_when_written(command, first_checkpoint, script_env(datasets_cache), tmp_path)
     assert not (interrupted / "himo-clip").exists(), "the run finished before it was killed"
 
     run([*command, "--resume_from_checkpoint", "latest"], script_env(datasets_cache), tmp_path)

@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import CLIPModel
+from transformers import initialization as init
+from transformers.utils import can_return_tuple, is_tracing
 
 from .dual_encoder import DualEncoderMixin, DualEncoderOutput, sum_of_terms
 from .positions import stretch_position_embeddings
@@ -33,6 +35,12 @@ class HiMoCLIPModel(DualEncoderMixin, CLIPModel):
         super().__init__(config)
         self.logit_scale = nn.Parameter(torch.tensor([config.logit_scale_init_value]))
         self.objective = MoLoLoss(config.hide_tau, config.molo_lambda, config.hide_scope, config.label_smoothing)
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, HiMoCLIPModel):  # CLIP's `_init_weights` leaves the logit scale out
+            init.constant_(module.logit_scale, self.config.logit_scale_init_value)
 
     @classmethod
     def from_clip(
@@ -67,14 +75,23 @@ class HiMoCLIPModel(DualEncoderMixin, CLIPModel):
         return model.to(clip.dtype)
 
     def get_text_features(self, input_ids: torch.Tensor, *args, **kwargs):
+        self._check_end_of_text(input_ids)
+        return super().get_text_features(input_ids, *args, **kwargs)
+
+    def _check_end_of_text(self, input_ids: torch.Tensor) -> None:
+        """Every text must contain the end-of-text token, where CLIP pools. Checked in eager mode only: under
+        torch.compile, torch.export or torch.jit tracing, a data-dependent branch would break the graph (and add a
+        host sync to every compiled step), so there the caller answers for its inputs, as with CLIP itself."""
         eos_token_id = self.config.text_config.eos_token_id
-        if eos_token_id != 2 and not (input_ids == eos_token_id).any(dim=-1).all():
+        if eos_token_id == 2 or is_tracing(input_ids):  # 2: CLIP's legacy id, pooled at the largest id instead
+            return
+        if not (input_ids == eos_token_id).any(dim=-1).all():
             raise ValueError(
                 f"every text must contain the end-of-text token (id {eos_token_id}): CLIP pools its embedding there. "
                 "Tokenize with the model's processor, which keeps it when truncating."
             )
-        return super().get_text_features(input_ids, *args, **kwargs)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,

@@ -1,6 +1,7 @@
 """`hf-longclip`: the library's command line."""
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -31,49 +32,99 @@ def _eval(args: argparse.Namespace) -> None:
 
     from .evaluation import run_evaluation
 
-    tasks = [task.strip() for task in args.tasks.split(",")] if args.tasks else None
+    if args.dataset != "synthetic" and args.data_dir is None:
+        raise ValueError(f"--data-dir is required for the {args.dataset!r} benchmark")
     report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split, args.max_samples,
-                            tasks, args.batch_size, args.device)
+                            args.tasks, args.batch_size, args.device)
     print(json.dumps(report["metrics"], indent=2))
     print(f"report and plots in {args.output_dir}/ ({report['num_samples']} samples, "
           f"{report['num_skipped_images']} corrupt images skipped)")
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="hf-longclip", description=__doc__)
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Keeps the epilog's lines; appends "(default: ...)" to an option's help unless it already tells its default
+    (or the option is required)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        if "default" in help_text or action.required:
+            return help_text
+        return super()._get_help_string(action)
+
+
+def _task_list(value: str) -> list[str] | None:
+    """`--tasks`: a comma list of `TASKS` names, checked before anything is loaded."""
+    from .eval_tasks import TASKS
+
+    tasks = [task.strip() for task in value.split(",") if task.strip()]
+    unknown = [task for task in tasks if task not in TASKS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown task{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
+                                         f"choose among {', '.join(TASKS)}")
+    return tasks or None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hf-longclip", description=__doc__, formatter_class=_HelpFormatter)
+    debug = dict(action="store_true", help="on an error, show the full traceback instead of a one-line message "
+                                           "(default: off)")
+    parser.add_argument("--debug", **debug)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    export = commands.add_parser("export-code", help="regenerate modeling/<arch>/, the remote-code bundles")
-    export.add_argument("--output", type=Path, default=Path("modeling"), help="destination (default: ./modeling)")
+    def add_command(name: str, help_text: str, **kwargs) -> argparse.ArgumentParser:
+        command = commands.add_parser(name, help=help_text, description=help_text, formatter_class=_HelpFormatter,
+                                      **kwargs)
+        command.add_argument("--debug", **debug, default=argparse.SUPPRESS)  # also after the command name
+        return command
+
+    export = add_command("export-code", "regenerate modeling/<arch>/, the remote-code bundles")
+    export.add_argument("--output", type=Path, default=Path("modeling"), help="destination directory")
     export.add_argument("--check", action="store_true",
                         help="write nothing; exit non-zero if any generated file is stale (default: off)")
     export.set_defaults(run=_export_code)
 
-    install = commands.add_parser(
-        "install-metrics", help="install the evaluate modules so evaluate.load('<name>') works offline"
-    )
+    install = add_command("install-metrics", "install the evaluate modules so evaluate.load('<name>') works offline")
     install.set_defaults(run=_install_metrics)
 
     from .data.benchmarks import BENCHMARKS
     from .eval_tasks import TASKS, describe_tasks
 
-    evaluate = commands.add_parser("eval", help="evaluate a model on a benchmark: JSON report and plots",
-                                   formatter_class=argparse.RawDescriptionHelpFormatter,
-                                   epilog="tasks (each runs where the rows carry its columns):\n"
-                                          + "\n".join(f"  {line}" for line in describe_tasks()))
-    evaluate.add_argument("--model", required=True, help="checkpoint directory or Hub id (ours or a CLIPModel)")
-    evaluate.add_argument("--dataset", required=True, choices=["synthetic", *sorted(BENCHMARKS)])
-    evaluate.add_argument("--data-dir", help="the benchmark's files (for synthetic: its cache directory)")
-    evaluate.add_argument("--split", help="default: the benchmark's evaluation split")
-    evaluate.add_argument("--max-samples", type=int, help="evaluate the first N samples only")
-    evaluate.add_argument("--tasks", help=f"comma list among {', '.join(TASKS)}; default: all the data supports")
-    evaluate.add_argument("--batch-size", type=int, default=64)
-    evaluate.add_argument("--device", help="default: cuda when available, else cpu")
-    evaluate.add_argument("--output-dir", type=Path, default=Path("eval"))
+    evaluate = add_command("eval", "evaluate a model on a benchmark: JSON report and plots",
+                           epilog="tasks (each runs where the rows carry its columns):\n"
+                                  + "\n".join(f"  {line}" for line in describe_tasks()))
+    evaluate.add_argument("--model", required=True,
+                          help="checkpoint directory or Hub id, ours or a CLIPModel (required)")
+    evaluate.add_argument("--dataset", required=True, choices=["synthetic", *sorted(BENCHMARKS)],
+                          help="benchmark to evaluate on (required)")
+    evaluate.add_argument("--data-dir", help="the benchmark's files, required except for synthetic (for synthetic: "
+                                             "its cache directory; default: the datasets cache)")
+    evaluate.add_argument("--split", help="split to evaluate (default: the benchmark's evaluation split)")
+    evaluate.add_argument("--max-samples", type=int, help="evaluate the first N samples only (default: all)")
+    evaluate.add_argument("--tasks", type=_task_list,
+                          help=f"comma list among {', '.join(TASKS)} (default: all the data supports)")
+    evaluate.add_argument("--batch-size", type=int, default=64, help="images or texts encoded per forward pass")
+    evaluate.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    evaluate.add_argument("--output-dir", type=Path, default=Path("eval"), help="where report.json and the plots go")
     evaluate.set_defaults(run=_eval)
+    return parser
 
+
+# What a user's input causes (a missing file, a malformed value, a model that cannot be downloaded): reported in one
+# line with exit status 2, like argparse's own errors. Anything else is a bug and keeps its traceback.
+USER_ERRORS = (OSError, ValueError)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    args.run(args)
+    try:
+        args.run(args)
+    except USER_ERRORS as err:
+        if args.debug:
+            raise
+        message = " ".join(str(err).split()) or type(err).__name__
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

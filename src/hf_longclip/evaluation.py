@@ -25,7 +25,7 @@ from .metrics.himo import himo_at_k
 from .metrics.retrieval import long_text_retrieval, recall_at_k
 from .metrics.ssi import ssi
 from .metrics.zero_shot import class_embeddings, format_prompts, zero_shot_classification
-from .plots import plot_prefix_similarity, plot_recalls
+from .plots import coverage, plot_prefix_similarity, plot_recalls
 
 UNSET_MAX_LENGTH = 1_000_000  # a tokenizer `model_max_length` at least this large means "not set" (transformers: 1e30)
 
@@ -55,9 +55,10 @@ def text_max_length(processor, model=None) -> int:
 
 def _text_inputs(model, processor, texts: list[str]):
     """Tokenised `texts` padded to the longest, truncated to what the processor says (see `text_max_length`): our
-    processors truncate themselves; a plain CLIPProcessor is told, and keeps the end-of-text token."""
+    processors truncate themselves (and are told that the empty text, HierarCaps' root, is meant); a plain
+    CLIPProcessor is told, and keeps the end-of-text token."""
     if getattr(processor, "max_length", None) is not None:
-        return processor(text=texts, padding="longest")
+        return processor(text=texts, padding="longest", allow_empty_text=True)
     return processor(text=texts, padding="longest", truncation=True, return_tensors="pt",
                      max_length=text_max_length(processor, model))
 
@@ -80,10 +81,13 @@ def encode_texts(model, processor, texts: Sequence[str], batch_size: int = 128, 
 
 
 def encode_images(model, processor, images, batch_size: int = 128, progress: bool = False) -> torch.Tensor:
-    """L2-normalised image embeddings (CPU float32); `images` is a list or a `datasets` image column."""
+    """L2-normalised image embeddings (CPU float32); `images` is a list or a `datasets` image column. Each batch is
+    converted to 8-bit RGB by `to_rgb_images` (16-bit images scaled, transparency composited onto white), the same
+    conversion our processors apply, so a plain `CLIPProcessor` is given the same images."""
+    from .modeling_common.inputs import to_rgb_images
 
     def embed(batch):
-        pixels = processor(images=[image.convert("RGB") for image in batch], return_tensors="pt")
+        pixels = processor(images=to_rgb_images(batch), return_tensors="pt")
         return model.get_image_features(**pixels.to(model.device)).pooler_output
 
     return _encode(images, embed, batch_size, progress, "images")
@@ -139,6 +143,7 @@ def himo_task(dataset, encode, image_embeds) -> dict:
         pearson = himo_at_k(long_rows, method="pearson")
         results.update({"himo@k": pearson["himo_at_k"], "himo@k_num_samples": pearson["num_samples"]})
     longest = max(len(row) for row in scores)
+    results.update(num_images=len(scores), num_prefixes=sum(map(len, scores)))
     results["mean_similarity_by_prefix"] = [
         sum(row[k] for row in scores if len(row) > k) / sum(len(row) > k for row in scores) for k in range(longest)
     ]
@@ -314,7 +319,8 @@ def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, pro
     similarity = image_embeds @ encode(dataset["caption"]).T
     himo = himo_task(dataset.select_columns(["sentences"]), encode, image_embeds)
     return {"r1_i2t": recall_at_k(similarity, 1), "r1_t2i": recall_at_k(similarity.T, 1),
-            **{key: himo[key] for key in ("himo@2", "himo@3", "himo@k", "mean_similarity_by_prefix")}}
+            **{key: himo[key] for key in ("himo@2", "himo@3", "himo@k", "mean_similarity_by_prefix", "num_images",
+                                          "num_prefixes")}}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -322,11 +328,53 @@ def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, pro
 # ---------------------------------------------------------------------------------------------------------------
 def load_model(model_name_or_path: str, device: str | None = None):
     """Any of our checkpoints (AutoModel, trust_remote_code) or a plain transformers CLIPModel, with its processor,
-    in eval mode on `device` (default: CUDA when available)."""
+    in eval mode on `device` (default: CUDA when available).
+
+    Fails fast with a one-line reason: `FileNotFoundError` for a path (starts with '.', '/' or '~', has more than
+    one '/', starts with an existing directory, or is no valid Hub id) that is not a directory; `OSError` for a Hub
+    id that is not cached when the Hub cannot be reached (`HF_HUB_OFFLINE`, or no answer within 3 s: without this
+    probe huggingface_hub retries each file for ~25 s). A cached Hub id then loads from its cached snapshot."""
+    import os
+
+    from huggingface_hub import HfApi, is_offline_mode, snapshot_download, try_to_load_from_cache
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+    from huggingface_hub.utils import validate_repo_id
+
+    name = str(model_name_or_path)
+    path = Path(os.path.expanduser(name))
+    if path.is_dir():
+        name = str(path)
+    else:
+        if path.exists():
+            raise NotADirectoryError(f"not a checkpoint directory: {name} is a file")
+        try:
+            validate_repo_id(name)
+            hub_id = not (name.startswith((".", "~")) or (len(path.parts) > 1 and Path(path.parts[0]).is_dir()))
+        except HFValidationError:
+            hub_id = False
+        if not hub_id:
+            raise FileNotFoundError(f"no such checkpoint directory: {name} does not exist")
+        cached = isinstance(try_to_load_from_cache(name, "config.json"), str)
+        reason = "HF_HUB_OFFLINE is set" if is_offline_mode() else None
+        if reason is None:
+            try:  # one request, no retries
+                HfApi().model_info(name, timeout=3)
+            except RepositoryNotFoundError:
+                raise OSError(f"{name} is neither a local directory nor a model on the Hub (a private one needs "
+                              f"`hf auth login`)") from None
+            except HfHubHTTPError:
+                pass  # the Hub answered: let from_pretrained tell what is wrong
+            except Exception as err:  # connection refused, DNS failure, timeout, proxy error
+                reason = " ".join(f"no network: {type(err).__name__}: {err}".split())
+        if reason is not None and not cached:
+            raise OSError(f"cannot reach the Hub to download {name} ({reason}) and it is not cached: download it "
+                          f"first (`hf download {name}`) or pass a local checkpoint directory")
+        if reason is not None:  # the cached snapshot's directory: `local_files_only` would still look for adapters
+            name = snapshot_download(name, local_files_only=True)
     from transformers import AutoModel, AutoProcessor
 
-    model = AutoModel.from_pretrained(model_name_or_path, trust_remote_code=True)
-    processor = AutoProcessor.from_pretrained(model_name_or_path, trust_remote_code=True)
+    model = AutoModel.from_pretrained(name, trust_remote_code=True)
+    processor = AutoProcessor.from_pretrained(name, trust_remote_code=True)
     if not (hasattr(model, "get_text_features") and hasattr(model, "get_image_features")):
         raise ValueError(f"{model_name_or_path} is a {type(model).__name__}: not a CLIP-style dual encoder")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -335,22 +383,24 @@ def load_model(model_name_or_path: str, device: str | None = None):
 
 def load_eval_dataset(name: str, data_dir: str | None = None, split: str | None = None,
                       max_samples: int | None = None):
-    """(dataset, number of skipped corrupt images, zero-shot class names and templates) for a benchmark name:
+    """(dataset, the split it is, number of skipped corrupt images, zero-shot class names and templates) for a
+    benchmark name:
     one of `hf_longclip.data.benchmarks.BENCHMARKS` (files under `data_dir`) or "synthetic" (generated;
     `data_dir` is then its cache)."""
     if name == "synthetic":
         from .data.synthetic import CLASS_TEMPLATES, CLASSNAMES, load_synthetic_scenes
 
-        dataset = load_synthetic_scenes(cache_dir=data_dir)[split or "test"]
+        split = split or "test"
+        dataset = load_synthetic_scenes(cache_dir=data_dir)[split]
         if max_samples is not None:
             dataset = dataset.select(range(min(max_samples, len(dataset))))
-        return dataset, 0, CLASSNAMES, CLASS_TEMPLATES
+        return dataset, split, 0, CLASSNAMES, CLASS_TEMPLATES
     from .data.benchmarks import load_benchmark
 
     if data_dir is None:
         raise ValueError(f"--data-dir is required for the {name!r} benchmark")
     benchmark = load_benchmark(name, data_dir, split=split, max_samples=max_samples)
-    return benchmark.dataset, benchmark.num_skipped, None, ("a photo of a {}.",)
+    return benchmark.dataset, benchmark.split, benchmark.num_skipped, None, ("a photo of a {}.",)
 
 
 def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | None = None,
@@ -359,7 +409,8 @@ def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | N
                    progress: bool = True) -> dict:
     """Evaluate a model on a benchmark; write `report.json` and the plots into `output_dir`; return the report."""
     model, processor = load_model(model_name_or_path, device)
-    dataset, num_skipped, classnames, templates = load_eval_dataset(dataset_name, data_dir, split, max_samples)
+    dataset, split, num_skipped, classnames, templates = load_eval_dataset(dataset_name, data_dir, split,
+                                                                           max_samples)
     metrics = evaluate_dataset(model, processor, dataset, tasks, batch_size, progress, classnames, templates)
     report = {"model": str(model_name_or_path), "dataset": dataset_name, "split": split, "num_samples": len(dataset),
               "num_skipped_images": num_skipped, "metrics": metrics, "plots": []}
@@ -368,9 +419,12 @@ def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | N
     name = Path(str(model_name_or_path)).name
     if "retrieval" in metrics:
         report["plots"].append(str(plot_recalls(metrics["retrieval"], output_dir / "recall.png",
-                                                f"{name} on {dataset_name}")))
+                                                f"{name} on {dataset_name} ({split})")))
     if "himo" in metrics:
-        report["plots"].append(str(plot_prefix_similarity({name: metrics["himo"]["mean_similarity_by_prefix"]},
-                                                          output_dir / "himo_prefix_similarity.png")))
+        himo = metrics["himo"]
+        covers = coverage(himo["num_images"], himo["num_prefixes"], "caption prefixes")
+        report["plots"].append(str(plot_prefix_similarity({name: himo["mean_similarity_by_prefix"]},
+                                                          output_dir / "himo_prefix_similarity.png", covers,
+                                                          f"{name} on {dataset_name} ({split})")))
     (output_dir / "report.json").write_text(json.dumps(report, indent=2))
     return report

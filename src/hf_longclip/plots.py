@@ -1,7 +1,7 @@
 """Figures of evaluation and training results (matplotlib, Agg backend, PNG files); the metrics they show are
 computed in `hf_longclip.evaluation` and `hf_longclip.metrics`.
 
-    plot_prefix_similarity({"himo-clip": curve}, "prefix.png")   # HiMo-CLIP Fig. 3
+    plot_prefix_similarity({"himo-clip": curve}, "prefix.png", coverage(512, 3584, "caption prefixes"))
     plot_loss_curves({"himo-clip": trainer_log_history}, "loss.png")
     plot_recalls(report["retrieval"], "recall.png")
 """
@@ -29,37 +29,50 @@ def _save_figure(fig, path: str | Path) -> Path:
     return path
 
 
-def plot_prefix_similarity(curves: dict[str, Sequence[float]], path: str | Path, title: str = "") -> Path:
+def coverage(num_images: int, num_texts: int, texts: str = "texts") -> str:
+    """What a results plot covers, e.g. "512 images, 3,584 caption prefixes"."""
+    return f"{num_images:,} images, {num_texts:,} {texts}"
+
+
+def plot_prefix_similarity(curves: dict[str, Sequence[float]], path: str | Path, covers: str, title: str = "") -> Path:
     """Save a PNG of mean image-text similarity against the number of caption sentences, one line per model
-    (HiMo-CLIP Fig. 3)."""
+    (HiMo-CLIP Fig. 3); `covers` (see `coverage`) says how many images and texts it averages."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, curve in curves.items():
         ax.plot(range(1, len(curve) + 1), curve, marker="o", label=name)
     ax.set_xlabel("caption prefix length (sentences)")
     ax.set_ylabel("mean cosine similarity with the image")
-    ax.set_title(title or "Semantic monotonicity: similarity vs. caption completeness")
+    ax.set_title(f"{title or 'Semantic monotonicity: similarity vs. caption completeness'}\n{covers}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
     return _save_figure(fig, path)
 
 
-def plot_loss_curves(histories: dict[str, Sequence[dict]], path: str | Path) -> Path:
-    """Save a PNG of the training loss against the optimizer step, one line per run (records with a "loss")."""
+def plot_loss_curves(histories: dict[str, Sequence[dict]], path: str | Path, title: str = "Training loss") -> Path:
+    """Save a PNG of the training loss against the optimizer step, one line per run: the loss in the first panel
+    and, when a run's objective has several terms, one panel per term (terms differ in scale). Each point is the
+    mean over its logging window, as the loop records it."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, history in histories.items():
-        logged = [record for record in history if "loss" in record]
-        ax.plot([record["step"] for record in logged], [record["loss"] for record in logged], label=name)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss (each run's own objective)")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    terms = list(dict.fromkeys(key for history in histories.values() for record in history for key in record
+                               if key.endswith("_loss") and key != "eval_loss"))
+    panels = ["loss", *terms]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    for ax, key in zip(axes[0], panels):
+        for name, history in histories.items():
+            logged = [record for record in history if key in record]
+            if logged:
+                ax.plot([record["step"] for record in logged], [record[key] for record in logged], label=name)
+        ax.set_xlabel("optimizer step")
+        ax.set_title("loss (each run's own objective)" if key == "loss" else key, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{title} (mean over each logging window)")
     return _save_figure(fig, path)
 
 
 def plot_recalls(retrieval: dict, path: str | Path, title: str = "") -> Path:
-    """Save a bar chart of Recall@K, image-to-text beside text-to-image."""
+    """Save a bar chart of Recall@K, image-to-text beside text-to-image, with how many images and texts it ranks."""
     plt = _pyplot()
     ks = sorted(int(key.removeprefix("i2t_r")) for key in retrieval if key.startswith("i2t_r"))
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -71,9 +84,10 @@ def plot_recalls(retrieval: dict, path: str | Path, title: str = "") -> Path:
     ax.set_xticks(range(len(ks)), [f"R@{k}" for k in ks])
     ax.set_ylim(0, 105)
     ax.set_ylabel("recall (%)")
-    ax.set_title(title or f"Retrieval (RSUM {retrieval['rsum']:.1f})")
+    covers = coverage(retrieval["num_images"], retrieval["num_texts"])
+    ax.set_title(f"{title or 'Retrieval'} (RSUM {retrieval['rsum']:.1f})\n{covers}", fontsize=10)
     ax.legend()
     return _save_figure(fig, path)
 
 
-__all__ = ["plot_loss_curves", "plot_prefix_similarity", "plot_recalls"]
+__all__ = ["coverage", "plot_loss_curves", "plot_prefix_similarity", "plot_recalls"]

@@ -23,7 +23,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
-TASK_STATE_FILE = "task_state_{rank}.pt"
+PROCESS_STATE_FILE = "process_state_{rank}.pt"
 _CHECKPOINT_NAME = re.compile(r"^step_(\d+)$")
 _TEMP_PREFIX = ".tmp-"
 
@@ -85,15 +85,15 @@ def write_atomic_directory(target: Path, write: Callable[[Path], None], is_main_
     return target
 
 
-def save_checkpoint(accelerator, run_dir: Path, step: int, state: dict, task_state: dict,
+def save_checkpoint(accelerator, run_dir: Path, step: int, state: dict, process_state: dict,
                     save_total_limit: int) -> Path:
-    """`accelerator.save_state` into `run_dir/step_<step>` atomically, each process's `task_state` (objective state
-    such as memory queues) in its own file, and `state` with a manifest in `trainer_state.json`; then keep only the
-    newest `save_total_limit` checkpoints (0 keeps all)."""
+    """`accelerator.save_state` into `run_dir/step_<step>` atomically, with each process's `process_state` (objective
+    state such as memory queues, the loss window) in its own file and `state` with a manifest in
+    `trainer_state.json`; then keep only the newest `save_total_limit` checkpoints (0 keeps all)."""
 
     def write(directory: Path) -> None:
         accelerator.save_state(str(directory))
-        torch.save(task_state, directory / TASK_STATE_FILE.format(rank=accelerator.process_index))
+        torch.save(process_state, directory / PROCESS_STATE_FILE.format(rank=accelerator.process_index))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             payload = {**state, "step": step, "manifest": _manifest(directory)}
@@ -150,9 +150,9 @@ def read_state(path: Path) -> dict:
     return state
 
 
-def read_task_state(path: Path, rank: int) -> dict:
-    """The task state process `rank` saved with a checkpoint."""
-    file = Path(path) / TASK_STATE_FILE.format(rank=rank)
+def read_process_state(path: Path, rank: int) -> dict:
+    """The state process `rank` saved with a checkpoint."""
+    file = Path(path) / PROCESS_STATE_FILE.format(rank=rank)
     if not file.is_file():
         raise FileNotFoundError(f"{file} is missing: was the checkpoint written by fewer processes than resume it?")
     return torch.load(file, weights_only=True)

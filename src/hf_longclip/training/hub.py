@@ -137,10 +137,10 @@ def build_model_card(
     `results` maps metric keys to values (e.g. `evaluate_long_captions` output: {"r1_i2t": 20.3, "himo@k": 0.88,
     ...}); finite numbers become `EvalResult`s in the card's `model-index` (one task/dataset entry: `task_type`,
     `dataset_type` (default: `datasets[0]`, else a slug of `dataset_name`), `dataset_name`, `dataset_split`), other
-    values (lists, NaN) are left out. Each metric's type is `metric_types.get(key, key)` and its display name
-    `info.metric_names` / `METRIC_NAMES` / the key; `info` (from the model's package) also adds its tags and
-    config rows. `config` (a PretrainedConfig or dict) and `training_args` (a
-    dataclass or dict) fill the training table. `base_model` goes into the metadata only if it can be a Hub id
+    values (lists, NaN) and counts (`num_*` keys) are left out. Each metric's type is `metric_types.get(key, key)`
+    and its display name `info.metric_names` / `METRIC_NAMES` / the key; `info` (from the model's package) also
+    adds its tags and config rows. `config` (a PretrainedConfig or dict) and `training_args` (a dataclass or dict)
+    fill the training table. `base_model` goes into the metadata only if it can be a Hub id
     (a local directory is named in the prose only). `template_kwargs` are passed to the template as they are.
     """
     config, training_args = _as_dict(config), _as_dict(training_args)
@@ -151,7 +151,8 @@ def build_model_card(
 
     rows, eval_results = [], []
     for key, value in results.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or key.startswith("num_")):  # counts say what was measured; they are no metric
             continue
         value = float(value)
         rows.append({"key": key, "name": names.get(key, key), "type": metric_types.get(key, key), "value": value,

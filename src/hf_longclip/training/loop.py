@@ -4,6 +4,7 @@ gradient accumulation, checkpointing, mixed precision, periodic validation, trac
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import shutil
@@ -20,7 +21,7 @@ from transformers import get_cosine_schedule_with_warmup
 from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
 
 from ..modeling_common.dual_encoder import sum_of_terms
-from .checkpoint import read_state, read_task_state, resolve_resume, save_checkpoint, write_atomic_directory
+from .checkpoint import read_process_state, read_state, resolve_resume, save_checkpoint, write_atomic_directory
 from .task import Task
 
 logger = get_logger(__name__)
@@ -38,20 +39,24 @@ class LoopArguments:
                                                          "epochs)"})
     per_device_train_batch_size: int = field(default=64, metadata={"help": "batch per process (contrastive "
                                                                            "losses see the global batch)"})
-    per_device_eval_batch_size: int = field(default=128)
+    per_device_eval_batch_size: int = field(default=128, metadata={"help": "batch per process for the validation "
+                                                                          "loss and the final evaluation"})
     gradient_accumulation_steps: int = field(default=1, metadata={
         "help": "optimizer step every N micro-batches. The contrastive loss still sees one micro-batch of "
                 "negatives per process: this saves memory, it does not enlarge the contrastive batch"})
-    learning_rate: float = field(default=5e-4)
+    learning_rate: float = field(default=5e-4, metadata={"help": "peak AdamW learning rate, reached after the "
+                                                                 "warmup, then cosine decay to 0"})
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay of matrices (not of biases, norms, "
                                                                "scales)"})
-    adam_beta2: float = field(default=0.98)
-    warmup_steps: int = field(default=50)
+    adam_beta2: float = field(default=0.98, metadata={"help": "AdamW beta2 (beta1 is 0.9)"})
+    warmup_steps: int = field(default=50, metadata={"help": "optimizer steps of linear warmup (at most half the "
+                                                            "run)"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0: off); also DeepSpeed's"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
     mixed_precision: str | None = field(default=None, metadata={
-        "help": "'no', 'fp16' or 'bf16'; default: the accelerate launch config"})
-    logging_steps: int = field(default=20)
+        "help": "'no', 'fp16' or 'bf16'; None: what the accelerate launch config says"})
+    logging_steps: int = field(default=20, metadata={"help": "log the loss terms and learning rate every N "
+                                                             "optimizer steps (and at the first and last)"})
     report_to: str = field(default="none", metadata={"help": "accelerate trackers: 'tensorboard', 'wandb', "
                                                              "'all' or 'none'"})
     eval_steps: int = field(default=0, metadata={"help": "validation loss every N steps (0: never)"})
@@ -75,8 +80,10 @@ def make_accelerator(args: LoopArguments) -> Accelerator:
     """The Accelerator for `args` under whatever `accelerate launch` configured (DDP, DeepSpeed, precision).
 
     Without CUDA, several processes need `cpu=True` to form a gloo group (accelerate 1.15 otherwise gives each
-    its own unsynchronised run, even under `--multi_gpu`), and DeepSpeed is told to use gloo (it asks for NCCL). Under DeepSpeed, the script's
-    gradient accumulation and clipping are written into the DeepSpeed config, which otherwise overrides them.
+    its own unsynchronised run, even under `--multi_gpu`), and DeepSpeed is told to use gloo (it asks for NCCL).
+    Under DeepSpeed, the script's gradient accumulation and clipping are written into the DeepSpeed config, which
+    otherwise overrides them. The library's log records (each logged training step) show at info level on the main
+    process, warnings only elsewhere.
     """
     no_cuda, deepspeed = not torch.cuda.is_available(), parse_flag_from_env("ACCELERATE_USE_DEEPSPEED")
     several_processes = int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -94,7 +101,46 @@ def make_accelerator(args: LoopArguments) -> Accelerator:
         config = accelerator.state.deepspeed_plugin.deepspeed_config
         config["gradient_accumulation_steps"] = args.gradient_accumulation_steps
         config["gradient_clipping"] = args.max_grad_norm
+    _show_library_logs(logging.INFO if accelerator.is_main_process else logging.WARNING)
     return accelerator
+
+
+def _show_library_logs(level: int) -> None:
+    """Python shows only warnings of loggers nobody configured: give the library's loggers a handler and `level`."""
+    library_logger = logging.getLogger(__name__.split(".")[0])
+    if not library_logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        library_logger.addHandler(handler)
+    library_logger.setLevel(level)
+
+
+class LossWindow:
+    """Sums of the loss and of its terms since the last logged step, kept on the device (no host sync per step),
+    so that each logged value is the mean over its logging window; part of a checkpoint's per-process state."""
+
+    def __init__(self):
+        self.sums: dict[str, torch.Tensor] = {}
+        self.count = 0
+
+    def add(self, loss: torch.Tensor, terms: dict[str, torch.Tensor]) -> None:
+        for name, value in ({"loss": loss, **terms} if len(terms) > 1 else {"loss": loss}).items():
+            value = value.detach().float()
+            self.sums[name] = self.sums[name] + value if name in self.sums else value
+        self.count += 1
+
+    def means(self, accelerator: Accelerator) -> dict[str, float]:
+        """The window's means, averaged over processes; the window starts afresh."""
+        means = {name: accelerator.reduce(total / self.count, reduction="mean").item()
+                 for name, total in self.sums.items()}
+        self.sums, self.count = {}, 0
+        return means
+
+    def state_dict(self) -> dict:
+        return {"sums": self.sums, "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sums, self.count = state["sums"], state["count"]
 
 
 class EpochShuffleSampler(Sampler[int]):
@@ -172,8 +218,9 @@ def train(
 ) -> tuple[torch.nn.Module, list[dict]]:
     """Train `task.model` on the sum of `task.compute_loss`'s terms (see `hf_longclip.training.task`).
 
-    Returns the prepared (wrapped) model, for `save_model`, and the logged history (step, the loss and each of its
-    terms averaged over processes, learning rate, what `task.after_optimizer_step` reports, and the validation
+    Returns the prepared (wrapped) model, for `save_model`, and the logged history (at step 1, every
+    `logging_steps` and the last step: the loss and each of its terms, mean over the logging window and the
+    processes, learning rate, what `task.after_optimizer_step` reports, and the validation
     loss every `eval_steps`). Checkpoints go to `<output_dir>/checkpoints/<run_name>/`;
     `args.resume_from_checkpoint` continues from there exactly: same weights, optimizer, schedule, RNG states,
     data order and task state as a run that was never interrupted.
@@ -208,14 +255,16 @@ def train(
     ))
 
     run_dir = Path(args.output_dir) / "checkpoints" / run_name
-    step, epoch, batches_done, history = 0, 0, 0, []
+    step, epoch, batches_done, history, window = 0, 0, 0, [], LossWindow()
     resume = resolve_resume(run_dir, args.resume_from_checkpoint)
     if resume is not None:
         accelerator.load_state(str(resume))
         state = read_state(resume)
         step, epoch, batches_done, history = (state["step"], state["epoch"], state["batches_in_epoch"],
                                               state["history"])
-        task.load_state_dict(read_task_state(resume, accelerator.process_index))
+        process_state = read_process_state(resume, accelerator.process_index)
+        task.load_state_dict(process_state["task"])
+        window.load_state_dict(process_state["loss_window"])
         logger.info(f"{run_name}: resumed from {resume} at step {step}", main_process_only=True)
     elif run_dir.exists() and accelerator.is_main_process:
         logger.warning(f"{run_name}: starting afresh, removing old checkpoints in {run_dir}")
@@ -233,6 +282,7 @@ def train(
             with accelerator.accumulate(model):
                 terms = task.compute_loss(model, batch)
                 loss = sum_of_terms(terms)
+                window.add(loss, terms)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and args.max_grad_norm > 0:
                     accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
@@ -246,12 +296,8 @@ def train(
             progress.update(1)
             updates = task.after_optimizer_step(model, accelerator)
             record = {}
-            if step % args.logging_steps == 0 or step == total_steps:
-                record["loss"] = accelerator.reduce(loss.detach().float(), reduction="mean").item()
-                if len(terms) > 1:
-                    record.update({name: accelerator.reduce(term.detach().float(), reduction="mean").item()
-                                   for name, term in terms.items()})
-                record.update(lr=scheduler.get_last_lr()[0], **updates)
+            if step == 1 or step % args.logging_steps == 0 or step == total_steps:
+                record.update(window.means(accelerator), lr=scheduler.get_last_lr()[0], **updates)
                 progress.set_postfix(loss=f"{record['loss']:.3f}")
             if eval_dataset is not None and args.eval_steps > 0 and (step % args.eval_steps == 0
                                                                      or step == total_steps):
@@ -264,7 +310,8 @@ def train(
             if args.checkpointing_steps > 0 and (step % args.checkpointing_steps == 0 or step == total_steps):
                 state = {"epoch": epoch, "batches_in_epoch": batches_done, "history": history,
                          "run_name": run_name, "training_args": asdict(args)}
-                save_checkpoint(accelerator, run_dir, step, state, task.state_dict(), args.save_total_limit)
+                process_state = {"task": task.state_dict(), "loss_window": window.state_dict()}
+                save_checkpoint(accelerator, run_dir, step, state, process_state, args.save_total_limit)
             if step >= total_steps:
                 break
     progress.close()

@@ -25,8 +25,8 @@ from transformers import AutoModel
 from ..fileio import write_atomic
 from ..plots import plot_loss_curves
 from .hub import ModelCardInfo, build_model_card, push_to_hub
-from .lora import LoraArguments, apply_lora, count_parameters, merge_lora
 from .loop import LoopArguments, save_model, train, whole_model_init
+from .lora import LoraArguments, apply_lora, count_parameters, merge_lora
 from .task import Task
 
 logger = get_logger(__name__)
