@@ -3,15 +3,27 @@ siblings; `code_bundle` copies the ones a model uses into that model's remote-co
 
 from .code_bundle import CodeBundleMixin, bundle_sources, write_bundle
 from .dual_encoder import DualEncoderMixin, DualEncoderOutput, sum_of_terms
-from .losses import check_paired_embeddings, contrastive_loss, gather_with_grad, sigmoid_loss
+from .gpo import GPO, sinusoidal_encoding
+from .losses import (
+    check_paired_embeddings,
+    contrastive_loss,
+    gather_with_grad,
+    sigmoid_loss,
+)
 from .pooling import AttentionPool
-from .positions import RotaryEmbedding, apply_rotary, ntk_inverse_frequencies, stretch_position_embeddings
+from .positions import (
+    RotaryEmbedding,
+    apply_rotary,
+    ntk_inverse_frequencies,
+    stretch_position_embeddings,
+)
 
 __all__ = [
     "AttentionPool",
     "CodeBundleMixin",
     "DualEncoderMixin",
     "DualEncoderOutput",
+    "GPO",
     "RotaryEmbedding",
     "apply_rotary",
     "bundle_sources",
@@ -20,6 +32,7 @@ __all__ = [
     "gather_with_grad",
     "ntk_inverse_frequencies",
     "sigmoid_loss",
+    "sinusoidal_encoding",
     "stretch_position_embeddings",
     "sum_of_terms",
     "write_bundle",

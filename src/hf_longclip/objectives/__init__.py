@@ -6,12 +6,23 @@ Models call them in `forward(return_loss=True)`; the training loop logs every te
 | `ClipLoss` | contrastive_loss | CLIP InfoNCE over the gathered batch |
 | `MoLoLoss` | global_loss, component_loss | HiMo-CLIP Eq. 2-4 (HiDe: `hide_components`) |
 | `SigLipLoss` | sigmoid_loss | SigLIP pairwise sigmoid (F-CAST Eq. 7-8) |
+| `DITMLoss` | triplet_loss, order_loss | DITM Eq. 4-7: adaptive-margin triplet (VSE++ hardest negatives), generic-to-specific ordering |
 
 Each module imports only torch and the shared modelling code, so it travels in a model's remote-code bundle.
 """
 
 from .clip import ClipLoss
+from .ditm import DITMLoss, adaptive_triplet_loss, ordering_loss
 from .molo import MoLoLoss, hide_components, num_principal_components
 from .sigmoid import SigLipLoss
 
-__all__ = ["ClipLoss", "MoLoLoss", "SigLipLoss", "hide_components", "num_principal_components"]
+__all__ = [
+    "ClipLoss",
+    "DITMLoss",
+    "MoLoLoss",
+    "SigLipLoss",
+    "adaptive_triplet_loss",
+    "hide_components",
+    "num_principal_components",
+    "ordering_loss",
+]
