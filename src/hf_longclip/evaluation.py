@@ -22,7 +22,8 @@ from .eval_tasks import TASKS, available_tasks, prefix_column
 from .metrics.cola import cola_multi
 from .metrics.hierarcaps import hierarcaps, text_pool
 from .metrics.himo import himo_at_k
-from .metrics.retrieval import long_text_retrieval, recall_at_k
+from .metrics.retrieval import (COCO_1K_FOLDS, COCO_5K_IMAGES, cxc_retrieval, fold_retrieval,
+                                long_text_retrieval, recall_at_k)
 from .metrics.ssi import ssi
 from .metrics.zero_shot import class_embeddings, format_prompts, zero_shot_classification
 from .plots import coverage, plot_prefix_similarity, plot_recalls
@@ -115,16 +116,79 @@ def _prefixes(dataset) -> list[list[str]]:
     return [[" ".join(sentences[:end]) for end in range(1, len(sentences) + 1)] for sentences in dataset["sentences"]]
 
 
-def retrieval_task(dataset, encode, image_embeds) -> dict:
+def retrieval_task(dataset, encode, image_embeds, folds: int | None = None) -> dict:
     """Recall@1/5/10 both ways and RSUM over `captions` (several per image, an image hit if any is ranked) or the
-    single `caption`."""
+    single `caption`, over all the rows (for the COCO Karpathy test split: the "5K" numbers).
+
+    Fold means (`fold_retrieval`) are added under the key ``"<images per fold>"`` written in thousands when round
+    (``"1k"``): ``folds=None`` (default) adds the COCO 1K protocol (5 folds of 1000 consecutive images) when the rows
+    have `captions` and there are exactly 5000 of them (the COCO 5K test split); ``folds=N`` asks for N folds; 0 or 1
+    adds none. Rows carrying the Crisscrossed Captions columns (`hf_longclip.data.benchmarks.load_coco_cxc`) add
+    ``"cxc"``: `cxc_task` on the same embeddings."""
     if "captions" in dataset.column_names:
         groups = dataset["captions"]
         texts = [text for group in groups for text in group]
         owners = [i for i, group in enumerate(groups) for _ in group]
     else:
         texts, owners = dataset["caption"], list(range(len(dataset)))
-    return long_text_retrieval(image_embeds, encode(texts), owners)
+    text_embeds = encode(texts)
+    result = long_text_retrieval(image_embeds, text_embeds, owners)
+    if folds is None:
+        folds = COCO_1K_FOLDS if "captions" in dataset.column_names and len(dataset) == COCO_5K_IMAGES else 0
+    if folds > 1:
+        per_fold = len(dataset) // folds
+        key = f"{per_fold // 1000}k" if per_fold % 1000 == 0 else str(per_fold)
+        result[key] = fold_retrieval(image_embeds, text_embeds, owners, folds)
+    from .data.benchmarks import CXC_COLUMNS
+
+    if set(CXC_COLUMNS) <= set(dataset.column_names) and "captions" in dataset.column_names:
+        result["cxc"] = cxc_task(dataset, image_embeds, text_embeds)
+    return result
+
+
+def cxc_positive_sets(dataset) -> tuple[dict[str, list[list[int]]], int]:
+    """The four CxC positive sets of rows read by `load_coco_cxc`, as indices into the rows (images) and into the
+    flattened `captions` (texts): ``{"i2t", "t2i", "t2t", "i2i"}``, and the number of positive ids that name no
+    loaded row (other split, or dropped by ``max_samples`` / an unreadable image).
+
+    I->T: an image's own captions plus its `cxc_texts`; T->I: the inverse (a caption's own image plus the images it
+    was rated as describing); T->T: each caption's `cxc_caption_positives`; I->I: each image's `cxc_images`."""
+    sentids = dataset["sentids"]
+    image_row = {int(coco_id): row for row, coco_id in enumerate(dataset["image_id"])}
+    text_index, owners = {}, []
+    for row, ids in enumerate(sentids):
+        for sentid in ids:
+            text_index[int(sentid)] = len(owners)
+            owners.append(row)
+    missing = 0
+
+    def known(ids, index):
+        nonlocal missing
+        found = [index[int(i)] for i in ids if int(i) in index]
+        missing += len(ids) - len(found)
+        return found
+
+    i2t, t2i = [], [[row] for row in owners]
+    for row, (ids, extra) in enumerate(zip(sentids, dataset["cxc_texts"])):
+        texts = [text_index[int(sentid)] for sentid in ids] + known(extra, text_index)
+        i2t.append(texts)
+        for text in texts:
+            if owners[text] != row:
+                t2i[text].append(row)
+    t2t = [known(ids, text_index) for groups in dataset["cxc_caption_positives"] for ids in groups]
+    i2i = [known(ids, image_row) for ids in dataset["cxc_images"]]
+    return {"i2t": i2t, "t2i": t2i, "t2t": t2t, "i2i": i2i}, missing
+
+
+def cxc_task(dataset, image_embeds, text_embeds) -> dict:
+    """Crisscrossed Captions Recall@1/5 for I->T, T->I, T->T and I->I (`cxc_retrieval`) over the rows' images and
+    their flattened `captions` (COCO Karpathy test: 5000 images, 25k captions); queries without a positive are
+    skipped (``<direction>_num_queries`` counts those scored); ``num_missing_positives``: ids naming no loaded row."""
+    positives, missing = cxc_positive_sets(dataset)
+    result = cxc_retrieval(image_embeds, text_embeds, positives["i2t"], positives["t2i"], positives["t2t"],
+                           positives["i2i"])
+    result["num_missing_positives"] = missing
+    return result
 
 
 def himo_task(dataset, encode, image_embeds) -> dict:
@@ -395,10 +459,13 @@ def load_eval_dataset(name: str, data_dir: str | None = None, split: str | None 
         if max_samples is not None:
             dataset = dataset.select(range(min(max_samples, len(dataset))))
         return dataset, split, 0, CLASSNAMES, CLASS_TEMPLATES
-    from .data.benchmarks import load_benchmark
+    from .data.benchmarks import load_benchmark, load_coco_cxc
 
     if data_dir is None:
         raise ValueError(f"--data-dir is required for the {name!r} benchmark")
+    if name == "coco_cxc":  # COCO Karpathy + Crisscrossed Captions (data_dir/cxc/): retrieval adds "cxc" and "1k"
+        benchmark = load_coco_cxc(data_dir, split=split, max_samples=max_samples)
+        return benchmark.dataset, benchmark.split, benchmark.num_skipped, None, ("a photo of a {}.",)
     benchmark = load_benchmark(name, data_dir, split=split, max_samples=max_samples)
     return benchmark.dataset, benchmark.split, benchmark.num_skipped, None, ("a photo of a {}.",)
 

@@ -183,3 +183,160 @@ def long_text_retrieval(
     result["num_images"] = num_images
     result["num_texts"] = num_texts
     return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# COCO 1K: the 5K test split in folds of consecutive images
+# ---------------------------------------------------------------------------------------------------------------
+COCO_5K_IMAGES = 5000  # images of the COCO Karpathy test split (the "5K" protocol)
+COCO_1K_FOLDS = 5  # the "1K" protocol: mean over 5 folds of 1000 consecutive images (VSE++ / VSE-infinity)
+
+
+def fold_retrieval(
+    image_embeds,
+    text_embeds,
+    text_to_image,
+    num_folds: int = COCO_1K_FOLDS,
+    ks: Sequence[int] = (1, 5, 10),
+    chunk_size: int | None = None,
+) -> dict:
+    """`long_text_retrieval` on each of ``num_folds`` folds of consecutive images, and the mean over the folds.
+
+    The COCO 1K protocol (VSE++ ``evalrank(fold5=True)``, VSE-infinity, ALBEF-era tables): the 5000 Karpathy test
+    images are cut into 5 folds of 1000 consecutive images (image order = row order); each fold keeps the captions
+    of its own images (``text_to_image`` decides, whatever the order of the texts) and is ranked against its own
+    images and captions only. The number of images must be a multiple of ``num_folds``.
+
+    Returns the mean of every recall over the folds under the keys of `long_text_retrieval` (``i2t_r1`` ...,
+    ``rsum`` = the mean of the folds' RSUMs = the sum of the mean recalls), ``num_images`` / ``num_texts`` (all
+    folds together), ``num_folds``, ``images_per_fold`` and ``folds`` (the per-fold results of
+    `long_text_retrieval`, in order).
+    """
+    if isinstance(num_folds, bool) or not isinstance(num_folds, (int, np.integer)) or num_folds < 1:
+        raise ValueError(f"num_folds must be a positive integer, got {num_folds!r}")
+    images, texts = as_embedding_pair(image_embeds, "image_embeds", text_embeds, "text_embeds")
+    num_images, num_texts = images.shape[0], texts.shape[0]
+    owner = as_index(text_to_image, "text_to_image", num_texts, num_images, "num_images")
+    if num_images % num_folds:
+        raise ValueError(f"{num_images} images cannot be cut into {num_folds} equal folds of consecutive images")
+    per_fold = num_images // num_folds
+    folds = []
+    for fold in range(int(num_folds)):
+        lo, hi = fold * per_fold, (fold + 1) * per_fold
+        members = torch.nonzero((owner >= lo) & (owner < hi)).flatten()
+        folds.append(long_text_retrieval(images[lo:hi], texts[members], owner[members] - lo, ks, chunk_size))
+    keys = [key for key in folds[0] if key not in ("num_images", "num_texts")]
+    result: dict = {key: sum(fold[key] for fold in folds) / num_folds for key in keys}
+    result.update(num_images=num_images, num_texts=num_texts, num_folds=int(num_folds), images_per_fold=per_fold,
+                  folds=folds)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Recall@K with arbitrary positive sets (Crisscrossed Captions)
+# ---------------------------------------------------------------------------------------------------------------
+def _positive_sets(positives, num_queries: int, num_items: int, name: str) -> list[list[int]]:
+    """``positives`` (a (queries, items) boolean matrix, or one sequence of item indices per query) as lists."""
+    if isinstance(positives, (torch.Tensor, np.ndarray)) and positives.ndim == 2:
+        matrix = torch.as_tensor(np.asarray(positives.detach().cpu() if isinstance(positives, torch.Tensor)
+                                            else positives))
+        if matrix.dtype != torch.bool:
+            raise ValueError(f"{name}: a positives matrix must be boolean, got dtype {matrix.dtype}")
+        if tuple(matrix.shape) != (num_queries, num_items):
+            raise ValueError(f"{name}: positives matrix has shape {tuple(matrix.shape)}, expected "
+                             f"({num_queries}, {num_items})")
+        return [torch.nonzero(row).flatten().tolist() for row in matrix]
+    if len(positives) != num_queries:
+        raise ValueError(f"{name}: {len(positives)} positive sets for {num_queries} queries")
+    sets = []
+    for query, items in enumerate(positives):
+        items = [int(item) for item in items]
+        bad = [item for item in items if not 0 <= item < num_items]
+        if bad:
+            raise ValueError(f"{name}: query {query} has positive {bad[0]} out of range [0, {num_items})")
+        sets.append(sorted(set(items)))
+    return sets
+
+
+def multi_positive_recall(
+    query_embeds,
+    item_embeds,
+    positives,
+    ks: Sequence[int] = (1, 5),
+    exclude_self: bool = False,
+    chunk_size: int | None = None,
+    name: str = "positives",
+) -> dict[str, float | int]:
+    """Recall@K when each query has its own set of positive items: a query is a hit at K if ANY of its positives is
+    among its K best-scored items (scores: dot products; ties count in the query's favour, as `long_text_retrieval`).
+
+    - ``positives``: a (num_queries, num_items) boolean matrix, or one sequence of item indices per query.
+    - ``exclude_self=True`` (intramodal retrieval: queries and items are the same set, I->I and T->T): the query
+      itself is removed from its candidates and from its positives.
+    - Queries left without any positive are not scored (the CxC protocol cannot rank them); they are counted.
+
+    Returns ``{"r1", "r5", "num_queries" (scored), "num_without_positive"}`` (keys follow ``ks``); the recalls are
+    NaN when no query has a positive.
+    """
+    ks = _check_ks(ks)
+    queries, items = as_embedding_pair(query_embeds, "query_embeds", item_embeds, "item_embeds")
+    num_queries, num_items = queries.shape[0], items.shape[0]
+    if exclude_self and num_queries != num_items:
+        raise ValueError(f"exclude_self needs the queries to be the items, got {num_queries} and {num_items}")
+    sets = _positive_sets(positives, num_queries, num_items, name)
+    if exclude_self:
+        sets = [[item for item in items_ if item != query] for query, items_ in enumerate(sets)]
+    scored = torch.tensor([bool(items_) for items_ in sets])
+    rank = torch.empty(num_queries, dtype=torch.int64)
+    step = _chunk_rows(chunk_size, num_queries, num_items)
+    for lo in range(0, num_queries, step):
+        hi = min(lo + step, num_queries)
+        scores = queries[lo:hi] @ items.T
+        local = torch.arange(hi - lo)
+        if exclude_self:
+            scores[local, local + lo] = -torch.inf
+        rows = torch.tensor([row for row in range(hi - lo) for _ in sets[lo + row]], dtype=torch.int64)
+        cols = torch.tensor([item for row in range(lo, hi) for item in sets[row]], dtype=torch.int64)
+        best = torch.full((hi - lo,), -torch.inf, dtype=scores.dtype)
+        if len(rows):
+            best.scatter_reduce_(0, rows, scores[rows, cols], reduce="amax")
+        rank[lo:hi] = _count_above(scores, best.unsqueeze(1))
+        del scores
+    result: dict[str, float | int] = {}
+    count = int(scored.sum())
+    for k in ks:
+        result[f"r{k}"] = (rank[scored] < k).double().mean().item() * 100 if count else float("nan")
+    result["num_queries"] = count
+    result["num_without_positive"] = num_queries - count
+    return result
+
+
+def cxc_retrieval(
+    image_embeds,
+    text_embeds,
+    i2t,
+    t2i,
+    t2t,
+    i2i,
+    ks: Sequence[int] = (1, 5),
+    chunk_size: int | None = None,
+) -> dict[str, float | int]:
+    """The four Crisscrossed Captions retrieval directions (Parekh et al., EACL 2021), Recall@K each.
+
+    ``i2t`` / ``t2i``: per image, the indices of its positive texts, and per text its positive images (the original
+    COCO pairs plus the CxC SITS positives); ``t2t``: per text its positive texts (STS), ``i2i``: per image its
+    positive images (SIS); each may also be a boolean matrix (see `multi_positive_recall`). I->I and T->T rank the
+    other images / texts (the query itself is excluded). Queries without a positive are skipped and counted.
+
+    Returns ``{"i2t_r1", "i2t_r5", "t2i_r1", ..., "t2t_r5", "i2i_r5", "<direction>_num_queries"}``.
+    """
+    result: dict[str, float | int] = {}
+    for direction, queries, items, positives, exclude in (
+        ("i2t", image_embeds, text_embeds, i2t, False), ("t2i", text_embeds, image_embeds, t2i, False),
+        ("t2t", text_embeds, text_embeds, t2t, True), ("i2i", image_embeds, image_embeds, i2i, True),
+    ):
+        scores = multi_positive_recall(queries, items, positives, ks, exclude_self=exclude, chunk_size=chunk_size,
+                                       name=direction)
+        for key, value in scores.items():
+            result[f"{direction}_{key}"] = value
+    return result

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,6 +50,15 @@ class LoopArguments:
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay of matrices (not of biases, norms, "
                                                                "scales)"})
     adam_beta2: float = field(default=0.98, metadata={"help": "AdamW beta2 (beta1 is 0.9)"})
+    lr_multipliers: str = field(default="", metadata={
+        "help": "per-module learning-rate factors, comma-separated 'prefix=factor' matched against parameter "
+                "names (dot-separated components; the longest matching prefix wins; unmatched parameters keep "
+                "1), e.g. 'vision_model=0.01,text_model=0.1' (DITM's per-tower multipliers). '': none"})
+    layer_decay: float = field(default=1.0, metadata={
+        "help": "layer-wise learning-rate decay in (0, 1], per transformer tower (a module holding "
+                "'encoder.layers.<i>'): with L blocks, its embeddings and pre-norm are layer 0, block i is "
+                "layer i+1 and its other parameters (final norm) layer L+1; layer l gets decay^(L+1-l). "
+                "Multiplies lr_multipliers; parameters outside towers keep 1. 1.0: off"})
     warmup_steps: int = field(default=50, metadata={"help": "optimizer steps of linear warmup (at most half the "
                                                             "run)"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0: off); also DeepSpeed's"})
@@ -74,6 +84,9 @@ class LoopArguments:
         for name in ("logging_steps", "per_device_train_batch_size", "per_device_eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        parse_lr_multipliers(self.lr_multipliers)  # malformed specs fail here, unmatched prefixes at train
+        if not 0.0 < self.layer_decay <= 1.0:
+            raise ValueError(f"layer_decay must be in (0, 1], got {self.layer_decay}")
 
 
 def make_accelerator(args: LoopArguments) -> Accelerator:
@@ -162,15 +175,115 @@ class EpochShuffleSampler(Sampler[int]):
         yield from torch.randperm(self.num_samples, generator=generator).tolist()
 
 
-def _parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+def parse_lr_multipliers(spec: str) -> dict[str, float]:
+    """'vision_model=0.01,text_model=0.1' -> {'vision_model': 0.01, 'text_model': 0.1} ('' -> {})."""
+    multipliers = {}
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        prefix, sep, value = item.partition("=")
+        prefix = prefix.strip().strip(".")
+        try:
+            factor = float(value) if sep else float("nan")
+        except ValueError:
+            factor = float("nan")
+        if not prefix or not math.isfinite(factor) or factor <= 0:
+            raise ValueError(f"lr_multipliers: {item!r} is not 'prefix=factor' with a positive factor "
+                             f"(in {spec!r})")
+        if prefix in multipliers:
+            raise ValueError(f"lr_multipliers: prefix {prefix!r} given twice (in {spec!r})")
+        multipliers[prefix] = factor
+    return multipliers
+
+
+_WRAPPER_PREFIXES = ("module.", "base_model.model.", "_orig_mod.")  # DDP, peft, torch.compile
+_BLOCK = re.compile(r"^(?P<tower>.+?)\.encoder\.layers\.(?P<block>\d+)\.")
+_EMBEDDING_PARTS = ("embeddings", "pre_layrnorm", "pre_layernorm")
+
+
+def _bare_name(name: str) -> str:
+    stripped = True
+    while stripped:
+        stripped = False
+        for prefix in _WRAPPER_PREFIXES:
+            if name.startswith(prefix):
+                name, stripped = name[len(prefix):], True
+    return name
+
+
+def _has_prefix(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _layer_decay_factors(names: list[str], decay: float) -> dict[str, float]:
+    """BEiT-style layer-wise decay per tower; see `LoopArguments.layer_decay`. Names outside towers are absent."""
+    depth = {}  # tower prefix -> number of blocks
+    for name in names:
+        match = _BLOCK.match(name)
+        if match:
+            depth[match["tower"]] = max(depth.get(match["tower"], 0), int(match["block"]) + 1)
+    if not depth:
+        raise ValueError("layer_decay != 1 but the model has no transformer tower ('<tower>.encoder.layers.<i>.')")
+    factors = {}
+    for name in names:
+        match = _BLOCK.match(name)
+        if match:
+            tower, layer = match["tower"], int(match["block"]) + 1
+        else:
+            tower = next((t for t in sorted(depth, key=len, reverse=True) if name.startswith(t + ".")), None)
+            if tower is None:
+                continue
+            first = name[len(tower) + 1:].split(".")[0]
+            layer = 0 if first in _EMBEDDING_PARTS else depth[tower] + 1
+        factors[name] = decay ** (depth[tower] + 1 - layer)
+    return factors
+
+
+def _parameter_groups(model: torch.nn.Module, weight_decay: float, learning_rate: float | None = None,
+                      lr_multipliers: str = "", layer_decay: float = 1.0) -> list[dict]:
     """open_clip's split: decay matrices; leave 1-D parameters alone (biases, norm gains, class token, and the
-    logit scale, a shape-(1,) parameter)."""
-    decay, no_decay = [], []
-    for param in model.parameters():
+    logit scale, a shape-(1,) parameter).
+
+    With `lr_multipliers` or `layer_decay` (see `LoopArguments`), each trainable parameter gets a factor (its
+    prefix's multiplier times its layer's decay, matched on names without DDP/peft wrapper prefixes) and the
+    groups split further by factor, each with lr = learning_rate * factor: largest factor first, decay before
+    no-decay within a factor, empty groups dropped. The cosine schedule scales every group's lr by the same
+    lambda, so the ratios hold throughout. Without them: exactly two groups, decay then no-decay, no 'lr' key.
+    """
+    multipliers = parse_lr_multipliers(lr_multipliers)
+    if not 0.0 < layer_decay <= 1.0:
+        raise ValueError(f"layer_decay must be in (0, 1], got {layer_decay}")
+    if not multipliers and layer_decay == 1.0:
+        decay, no_decay = [], []
+        for param in model.parameters():
+            if not param.requires_grad:
+                continue
+            (no_decay if param.ndim < 2 else decay).append(param)
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if learning_rate is None:
+        raise ValueError("learning_rate is needed for lr_multipliers or layer_decay")
+
+    named = [(_bare_name(name), param) for name, param in model.named_parameters()]
+    names = [name for name, _ in named]
+    unmatched = [prefix for prefix in multipliers if not any(_has_prefix(name, prefix) for name in names)]
+    if unmatched:
+        raise ValueError(f"lr_multipliers: prefix(es) {unmatched} match no parameter of the model (names look "
+                         f"like {names[:3]})")
+    layer_factors = _layer_decay_factors(names, layer_decay) if layer_decay != 1.0 else {}
+    by_prefix_length = sorted(multipliers, key=len, reverse=True)
+
+    groups: dict[tuple[float, bool], list] = {}
+    for name, param in named:
         if not param.requires_grad:
             continue
-        (no_decay if param.ndim < 2 else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        prefix = next((p for p in by_prefix_length if _has_prefix(name, p)), None)
+        factor = (multipliers[prefix] if prefix is not None else 1.0) * layer_factors.get(name, 1.0)
+        groups.setdefault((factor, param.ndim >= 2), []).append(param)
+    return [
+        {"params": params, "weight_decay": weight_decay if decays else 0.0, "lr": learning_rate * factor}
+        for (factor, decays), params in sorted(groups.items(), key=lambda item: (-item[0][0], not item[0][1]))
+    ]
 
 
 @contextlib.contextmanager
@@ -237,7 +350,8 @@ def train(
         collate_fn=task.collate_fn,
     )
     optimizer = torch.optim.AdamW(
-        _parameter_groups(model, args.weight_decay), lr=args.learning_rate, betas=(0.9, args.adam_beta2)
+        _parameter_groups(model, args.weight_decay, args.learning_rate, args.lr_multipliers, args.layer_decay),
+        lr=args.learning_rate, betas=(0.9, args.adam_beta2),
     )
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     if len(loader) == 0:
