@@ -32,8 +32,6 @@ def _eval(args: argparse.Namespace) -> None:
 
     from .evaluation import run_evaluation
 
-    if args.dataset != "synthetic" and args.data_dir is None:
-        raise ValueError(f"--data-dir is required for the {args.dataset!r} benchmark")
     report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split, args.max_samples,
                             args.tasks, args.batch_size, args.device)
     print(json.dumps(report["metrics"], indent=2))

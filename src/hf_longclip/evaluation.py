@@ -445,6 +445,12 @@ def load_model(model_name_or_path: str, device: str | None = None):
     return model.to(device).eval(), processor
 
 
+def _check_data_dir(name: str, data_dir: str | None) -> None:
+    """Every benchmark but the generated "synthetic" one reads its files from `data_dir`."""
+    if name != "synthetic" and data_dir is None:
+        raise ValueError(f"--data-dir is required for the {name!r} benchmark")
+
+
 def load_eval_dataset(name: str, data_dir: str | None = None, split: str | None = None,
                       max_samples: int | None = None):
     """(dataset, the split it is, number of skipped corrupt images, zero-shot class names and templates) for a
@@ -461,8 +467,7 @@ def load_eval_dataset(name: str, data_dir: str | None = None, split: str | None 
         return dataset, split, 0, CLASSNAMES, CLASS_TEMPLATES
     from .data.benchmarks import load_benchmark, load_coco_cxc
 
-    if data_dir is None:
-        raise ValueError(f"--data-dir is required for the {name!r} benchmark")
+    _check_data_dir(name, data_dir)
     if name == "coco_cxc":  # COCO Karpathy + Crisscrossed Captions (data_dir/cxc/): retrieval adds "cxc" and "1k"
         benchmark = load_coco_cxc(data_dir, split=split, max_samples=max_samples)
         return benchmark.dataset, benchmark.split, benchmark.num_skipped, None, ("a photo of a {}.",)
@@ -475,6 +480,7 @@ def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | N
                    tasks: Sequence[str] | None = None, batch_size: int = 64, device: str | None = None,
                    progress: bool = True) -> dict:
     """Evaluate a model on a benchmark; write `report.json` and the plots into `output_dir`; return the report."""
+    _check_data_dir(dataset_name, data_dir)  # before the model loads: a missing argument fails at once
     model, processor = load_model(model_name_or_path, device)
     dataset, split, num_skipped, classnames, templates = load_eval_dataset(dataset_name, data_dir, split,
                                                                            max_samples)

@@ -85,8 +85,7 @@ class LoopArguments:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         parse_lr_multipliers(self.lr_multipliers)  # malformed specs fail here, unmatched prefixes at train
-        if not 0.0 < self.layer_decay <= 1.0:
-            raise ValueError(f"layer_decay must be in (0, 1], got {self.layer_decay}")
+        check_layer_decay(self.layer_decay)
 
 
 def make_accelerator(args: LoopArguments) -> Accelerator:
@@ -197,6 +196,11 @@ def parse_lr_multipliers(spec: str) -> dict[str, float]:
     return multipliers
 
 
+def check_layer_decay(decay: float) -> None:
+    if not 0.0 < decay <= 1.0:
+        raise ValueError(f"layer_decay must be in (0, 1], got {decay}")
+
+
 _WRAPPER_PREFIXES = ("module.", "base_model.model.", "_orig_mod.")  # DDP, peft, torch.compile
 _BLOCK = re.compile(r"^(?P<tower>.+?)\.encoder\.layers\.(?P<block>\d+)\.")
 _EMBEDDING_PARTS = ("embeddings", "pre_layrnorm", "pre_layernorm")
@@ -252,8 +256,7 @@ def _parameter_groups(model: torch.nn.Module, weight_decay: float, learning_rate
     lambda, so the ratios hold throughout. Without them: exactly two groups, decay then no-decay, no 'lr' key.
     """
     multipliers = parse_lr_multipliers(lr_multipliers)
-    if not 0.0 < layer_decay <= 1.0:
-        raise ValueError(f"layer_decay must be in (0, 1], got {layer_decay}")
+    check_layer_decay(layer_decay)
     if not multipliers and layer_decay == 1.0:
         decay, no_decay = [], []
         for param in model.parameters():
