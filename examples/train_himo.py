@@ -16,22 +16,24 @@ with `--resume_from_checkpoint latest`, trains LoRA adapters with `--lora_r 16`,
 with a model card with `--push_to_hub --hub_model_id ORG/NAME`.
 """
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from accelerate.utils import set_seed
-from transformers import AutoImageProcessor, AutoTokenizer, CLIPImageProcessorPil, HfArgumentParser
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.evaluation import evaluate_long_captions
 from hf_longclip.models.himo_clip import HIMO_CLIP_CARD
 from hf_longclip.plots import coverage, plot_prefix_similarity
-from hf_longclip.training.loop import LoopArguments, make_accelerator
-from hf_longclip.training.lora import LoraArguments
-from hf_longclip.training.recipe import HubArguments, parse_variants, publish, train_variants
+from hf_longclip.training.recipe import (
+    BackboneArguments,
+    parse_variants,
+    publish,
+    start_run,
+    train_variants,
+)
 from hf_longclip.training.task import ContrastiveTask
 
 VARIANTS = {  # name: (text positions, MoLo lambda or None for the configured one)
@@ -47,73 +49,40 @@ LOOP_DEFAULTS = dict(output_dir="outputs/himo", num_train_epochs=2.5)
 @dataclass
 class ScriptArguments:
     variants: str = field(default="clip-77,clip-248,himo-clip", metadata={"help": f"comma list of {list(VARIANTS)}"})
-    init_from_clip: str | None = field(
-        default=None, metadata={"help": "CLIPModel Hub id or directory to start from; None: a small model from scratch"}
-    )
     hide_tau: float = field(default=0.9, metadata={"help": "HiDe explained-variance threshold (Sec. 3.2)"})
     molo_lambda: float = field(default=1.0, metadata={"help": "MoLo component-loss weight (Eq. 4)"})
     hide_scope: str = field(default="global", metadata={"help": "'global' (gathered batch) or 'local' PCA"})
     dataset_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (images and captions)"})
     num_train: int = field(default=4000, metadata={"help": "synthetic training scenes"})
     num_test: int = field(default=512, metadata={"help": "synthetic test scenes, for the final evaluation"})
-    image_size: int = field(default=64, metadata={"help": "side in pixels of the synthetic images and of the "
-                                                          "scratch model's input"})
-    hidden_size: int = field(default=128, metadata={"help": "width of both encoders when training from scratch"})
-    num_layers: int = field(default=2, metadata={"help": "transformer layers of each encoder when training from "
-                                                         "scratch"})
-    num_heads: int = field(default=4, metadata={"help": "attention heads of each layer when training from scratch"})
-    patch_size: int = field(default=8, metadata={"help": "vision patch side in pixels when training from scratch"})
 
 
-def scratch_model(args: ScriptArguments, tokenizer, positions: int, molo_lambda: float) -> HiMoCLIPModel:
-    width = dict(hidden_size=args.hidden_size, intermediate_size=4 * args.hidden_size,
-                 num_hidden_layers=args.num_layers, num_attention_heads=args.num_heads)
-    config = HiMoCLIPConfig(
-        text_config=dict(width, vocab_size=len(tokenizer), max_position_embeddings=positions,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id),
-        vision_config=dict(width, image_size=args.image_size, patch_size=args.patch_size),
-        projection_dim=args.hidden_size,
-        hide_tau=args.hide_tau, molo_lambda=molo_lambda, hide_scope=args.hide_scope,
-    )
-    return HiMoCLIPModel(config)
-
-
-def build(args: ScriptArguments, dataset, variant: str, seed: int) -> tuple[ContrastiveTask, HiMoCLIPProcessor]:
+def build(args: ScriptArguments, backbone: BackboneArguments, dataset, variant: str,
+          seed: int) -> tuple[ContrastiveTask, HiMoCLIPProcessor]:
     positions, molo_lambda = VARIANTS[variant]
-    molo_lambda = args.molo_lambda if molo_lambda is None else molo_lambda
+    options = dict(hide_tau=args.hide_tau, molo_lambda=args.molo_lambda if molo_lambda is None else molo_lambda,
+                   hide_scope=args.hide_scope)
     set_seed(seed)  # identical initialisation for every variant
-    if args.init_from_clip:
-        tokenizer = AutoTokenizer.from_pretrained(args.init_from_clip)
-        image_processor = AutoImageProcessor.from_pretrained(args.init_from_clip)
-        model = HiMoCLIPModel.from_clip(
-            args.init_from_clip, stretch_positions=positions > 77,
-            hide_tau=args.hide_tau, molo_lambda=molo_lambda, hide_scope=args.hide_scope,
-        )
+    tokenizer, image_processor = backbone.processor_parts(dataset, positions)
+    if backbone.init_from_clip:
+        model = HiMoCLIPModel.from_clip(backbone.init_from_clip, stretch_positions=positions > 77, **options)
     else:
-        tokenizer = train_scene_tokenizer(scene_corpus(dataset), model_max_length=positions)
-        size = args.image_size
-        image_processor = CLIPImageProcessorPil(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
-        model = scratch_model(args, tokenizer, positions, molo_lambda)
+        model = HiMoCLIPModel(HiMoCLIPConfig(**backbone.scratch_towers(tokenizer, positions), **options))
     processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=positions)
     return ContrastiveTask(model, ImageTextCollator(processor)), processor
 
 
 def main() -> None:
-    parser = HfArgumentParser((ScriptArguments, LoopArguments, LoraArguments, HubArguments))
-    parser.set_defaults(**LOOP_DEFAULTS)
-    script_args, loop_args, lora_args, hub_args = parser.parse_args_into_dataclasses()
+    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
+        "train_himo", ScriptArguments, LOOP_DEFAULTS)
     variants = parse_variants(script_args.variants, VARIANTS)
-    accelerator = make_accelerator(loop_args)
-    run_args = {**asdict(script_args), **asdict(loop_args), **asdict(lora_args)}
-    accelerator.init_trackers("train_himo", config=run_args)
     with accelerator.main_process_first():
         dataset = load_synthetic_scenes(
             seed=script_args.dataset_seed, num_train=script_args.num_train, num_test=script_args.num_test,
-            image_size=script_args.image_size,
+            image_size=backbone.image_size,
         )
     results, histories = train_variants(
-        accelerator, variants, lambda variant: build(script_args, dataset, variant, loop_args.seed),
+        accelerator, variants, lambda variant: build(script_args, backbone, dataset, variant, loop_args.seed),
         lambda model, processor: evaluate_long_captions(model, processor, dataset["test"],
                                                         loop_args.per_device_eval_batch_size),
         dataset, loop_args, lora_args,
@@ -125,7 +94,7 @@ def main() -> None:
                                coverage(first["num_images"], first["num_prefixes"], "caption prefixes (test split)"))
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
             card_template=MODEL_CARD, card_info=HIMO_CLIP_CARD, hub_args=hub_args, run_args=run_args,
-            base_model=script_args.init_from_clip)
+            base_model=backbone.init_from_clip)
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

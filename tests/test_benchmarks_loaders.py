@@ -22,7 +22,8 @@ from hf_longclip.data.benchmarks import (
 from hf_longclip.data.text import split_sentences
 from hf_longclip.eval_tasks import TASKS, available_tasks
 
-NAMES = {"sharegpt4v", "urban1k", "docci", "long_dci", "himo_docci", "coco", "flickr30k", "hierarcaps", "cola_multi"}
+NAMES = {"sharegpt4v", "urban1k", "docci", "long_dci", "himo_docci", "coco", "flickr30k", "hierarcaps", "cola_multi",
+         "coco_cxc"}
 LONG = "A red bus stops at a corner. Two people wait beside it! Is the sky grey? Yes, it is overcast."
 
 

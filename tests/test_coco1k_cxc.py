@@ -266,3 +266,19 @@ def test_cxc_recalls_hand_computed(cxc_dir):
     lookup = {text: texts[i] for i, text in enumerate(t for group in rows["captions"] for t in group)}
     report = retrieval_task(rows, lambda batch: torch.stack([lookup[t] for t in batch]), images)
     assert report["cxc"] == result and report["num_texts"] == 8
+
+
+def test_cli_evaluates_coco_cxc_from_its_files(cxc_dir, tmp_path):
+    from conftest import tiny_himo, tiny_processor
+
+    from hf_longclip.cli import main as cli_main
+
+    checkpoint = tmp_path / "ckpt"
+    tiny_himo().save_pretrained(checkpoint)
+    tiny_processor().save_pretrained(checkpoint)
+    cli_main(["eval", "--model", str(checkpoint), "--dataset", "coco_cxc", "--data-dir", str(cxc_dir),
+              "--tasks", "retrieval", "--device", "cpu", "--output-dir", str(tmp_path / "eval")])
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert report["dataset"] == "coco_cxc" and report["num_samples"] == 4
+    cxc = report["metrics"]["retrieval"]["cxc"]
+    assert {"i2t_r1", "t2i_r5", "t2t_r1", "i2i_r5"} <= set(cxc) and cxc["num_missing_positives"] == 1

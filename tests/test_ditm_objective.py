@@ -255,7 +255,7 @@ def fake_gather(world_size: int, rank: int):
 
 
 @pytest.mark.parametrize("hardest", [True, False])
-def test_losses_of_the_processes_sum_to_the_loss_of_the_concatenated_batch(monkeypatch, hardest):
+def test_mean_loss_of_the_processes_is_the_loss_of_the_concatenated_batch(monkeypatch, hardest):
     image, text, ids, delta = grouped_batch(images=4, captions=3, seed=5)
     order = torch.randperm(12, generator=torch.Generator().manual_seed(2))  # captions of an image on both ranks
     image, text, ids, delta = image[order], text[order], ids[order], delta[order]
@@ -276,16 +276,18 @@ def test_losses_of_the_processes_sum_to_the_loss_of_the_concatenated_batch(monke
             registered[shard.data_ptr()] = full_tensor
         terms = objective(local_image, local_text, ids[local], delta[local])
         totals = {name: totals[name] + terms[name] for name in terms}
+    # each process returns its share times the number of processes: DDP's mean over processes is the full loss
     for name in full:
-        torch.testing.assert_close(totals[name], full[name])
-    grads = torch.autograd.grad(sum(totals.values()), (image, text))
+        torch.testing.assert_close(totals[name] / WORLD_SIZE, full[name])
+    grads = torch.autograd.grad(sum(totals.values()) / WORLD_SIZE, (image, text))
     for grad, expected in zip(grads, full_grads):
         torch.testing.assert_close(grad, expected)
 
 
 def per_rank_check(reference_path: str) -> None:
-    """Run by each torchrun process: its rows' loss, summed over processes, is the loss of the whole batch, and
-    the gradient of its rows (all_gather's backward sums over processes) is that of the whole batch."""
+    """Run by each torchrun process: its loss, averaged over processes (as DDP averages gradients), is the loss of
+    the whole batch, and the gradient of its rows (all_gather's backward sums over processes) is world size times
+    that of the whole batch, which DDP's mean of the parameter gradients divides again."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
@@ -301,10 +303,11 @@ def per_rank_check(reference_path: str) -> None:
         image_grad, text_grad = torch.autograd.grad(loss, (image, text))
         total = loss.detach().clone()
         dist.all_reduce(total)
+        world = dist.get_world_size()
         expected = reference["hardest" if hardest else "all"]
-        torch.testing.assert_close(total, expected["loss"])
-        torch.testing.assert_close(image_grad, expected["image_grad"][local])
-        torch.testing.assert_close(text_grad, expected["text_grad"][local])
+        torch.testing.assert_close(total / world, expected["loss"])
+        torch.testing.assert_close(image_grad, world * expected["image_grad"][local])
+        torch.testing.assert_close(text_grad, world * expected["text_grad"][local])
     with_one_caption = torch.arange(n) + rank * n
     try:
         DITMLoss()(image, text, with_one_caption, reference["delta"][local])

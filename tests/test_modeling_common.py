@@ -1,6 +1,7 @@
 """transformers' own common model tests (`ModelTesterMixin`, `ConfigTester` of the installed transformers) run
-against `HiMoCLIPModel`, with a model tester written the way transformers' CLIP tests write theirs
-(tests/models/clip/test_modeling_clip.py): text and vision sub-testers, a tiny config and random inputs.
+against each of our dual-encoder models (here `HiMoCLIPModel`; other models' test files reuse
+`DualEncoderCommonTests` and `DualEncoderUsageTests`), with a model tester written the way transformers' CLIP tests
+write theirs (tests/models/clip/test_modeling_clip.py): text and vision sub-testers, a tiny config and random inputs.
 
 The mixins come from transformers' source distribution (see transformers_common.py) and are used unchanged; where
 they cannot be fetched, `HiMoCLIPModelTest` skips with the reason. Tests skipped here are the ones transformers'
@@ -50,7 +51,7 @@ except CommonTestsUnavailable as error:
         return mask
 
 
-class HiMoCLIPTextModelTester:
+class DualEncoderTextModelTester:
     def __init__(
         self,
         parent,
@@ -127,7 +128,7 @@ class HiMoCLIPTextModelTester:
         return config, {"input_ids": input_ids, "attention_mask": input_mask}
 
 
-class HiMoCLIPVisionModelTester:
+class DualEncoderVisionModelTester:
     def __init__(
         self,
         parent,
@@ -188,11 +189,19 @@ class HiMoCLIPVisionModelTester:
         return config, {"pixel_values": pixel_values}
 
 
-class HiMoCLIPModelTester:
-    def __init__(self, parent, text_kwargs=None, vision_kwargs=None, is_training=True):
+class DualEncoderModelTester:
+    """Config and inputs of a dual-encoder model: `config_class(text_config, vision_config, projection_dim,
+    **config_kwargs)`, plus `extra_inputs(batch_size)`: the model's own training inputs (e.g. DITM's image ids and
+    descriptiveness), added to the inputs of the common tests."""
+
+    def __init__(self, parent, config_class, model_class, config_kwargs=None, extra_inputs=None, text_kwargs=None,
+                 vision_kwargs=None, is_training=True):
         self.parent = parent
-        self.text_model_tester = HiMoCLIPTextModelTester(parent, **(text_kwargs or {}))
-        self.vision_model_tester = HiMoCLIPVisionModelTester(parent, **(vision_kwargs or {}))
+        self.config_class, self.model_class = config_class, model_class
+        self.config_kwargs = config_kwargs or {}
+        self.extra_inputs = extra_inputs or (lambda batch_size: {})
+        self.text_model_tester = DualEncoderTextModelTester(parent, **(text_kwargs or {}))
+        self.vision_model_tester = DualEncoderVisionModelTester(parent, **(vision_kwargs or {}))
         self.batch_size = self.text_model_tester.batch_size  # need bs for batching_equivalence test
         self.is_training = is_training
 
@@ -202,14 +211,15 @@ class HiMoCLIPModelTester:
         return self.get_config(), input_ids, attention_mask, pixel_values
 
     def get_config(self):
-        return HiMoCLIPConfig(
+        return self.config_class(
             text_config=self.text_model_tester.get_config().to_dict(),
             vision_config=self.vision_model_tester.get_config().to_dict(),
             projection_dim=64,
+            **self.config_kwargs,
         )
 
     def create_and_check_model(self, config, input_ids, attention_mask, pixel_values):
-        model = HiMoCLIPModel(config).to(torch_device).eval()
+        model = self.model_class(config).to(torch_device).eval()
         with torch.no_grad():
             result = model(input_ids, pixel_values, attention_mask)
         self.parent.assertEqual(
@@ -220,10 +230,12 @@ class HiMoCLIPModelTester:
         )
 
     def create_and_check_model_with_loss(self, config, input_ids, attention_mask, pixel_values):
-        model = HiMoCLIPModel(config).to(torch_device).train()
-        result = model(input_ids, pixel_values, attention_mask, return_loss=True)
+        model = self.model_class(config).to(torch_device).train()
+        result = model(input_ids, pixel_values, attention_mask, return_loss=True,
+                       **self.extra_inputs(input_ids.shape[0]))
         self.parent.assertEqual(result.loss.shape, ())
         self.parent.assertTrue(torch.isfinite(result.loss))
+        self.parent.assertEqual(set(result.loss_terms), set(self.parent.loss_terms))
         result.loss.backward()
         self.parent.assertTrue(all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None))
 
@@ -234,30 +246,36 @@ class HiMoCLIPModelTester:
             "attention_mask": attention_mask,
             "pixel_values": pixel_values,
             "return_loss": True,
+            **self.extra_inputs(input_ids.shape[0]),
         }
         return config, inputs_dict
 
 
-@require_torch
-@unittest.skipIf(UNAVAILABLE is not None, UNAVAILABLE)
-class HiMoCLIPModelTest(ModelTesterMixin, unittest.TestCase):
-    all_model_classes = (HiMoCLIPModel,)
+class DualEncoderCommonTests(ModelTesterMixin):
+    """transformers' common model tests for one dual-encoder model. A subclass (also a `unittest.TestCase`) sets
+    `all_model_classes = (Model,)`, `config_class`, `loss_terms` (the names `forward(return_loss=True)` returns),
+    `config_overrides` (the model's own options, checked to round-trip by `ConfigTester`) and, where its training
+    forward needs more than CLIP's inputs, `config_kwargs` and `extra_inputs`."""
+
     additional_model_inputs = ["pixel_values"]
     test_resize_embeddings = False
     _is_composite = True
+    config_class = None
+    loss_terms = ()
+    config_overrides = {}
+    config_kwargs = {}
+    extra_inputs = None
 
     def setUp(self):
-        self.model_tester = HiMoCLIPModelTester(self)
+        extra_inputs = type(self).extra_inputs
+        self.model_tester = DualEncoderModelTester(self, self.config_class, self.all_model_classes[0],
+                                                   self.config_kwargs, extra_inputs)
         self.config_tester = ConfigTester(
             self,
-            config_class=HiMoCLIPConfig,
+            config_class=self.config_class,
             has_text_modality=False,
-            common_properties=["projection_dim", "logit_scale_init_value", "hide_tau", "molo_lambda"],
-            # HiMo's own options round-trip through JSON and save/load like CLIP's.
-            hide_tau=0.8,
-            molo_lambda=0.5,
-            hide_scope="local",
-            label_smoothing=0.1,
+            common_properties=["projection_dim", "logit_scale_init_value", *self.config_overrides],
+            **self.config_overrides,
         )
 
     def test_config(self):
@@ -267,7 +285,7 @@ class HiMoCLIPModelTest(ModelTesterMixin, unittest.TestCase):
         config_and_inputs = self.model_tester.prepare_config_and_inputs()
         self.model_tester.create_and_check_model(*config_and_inputs)
 
-    def test_model_with_molo_loss(self):
+    def test_model_with_loss(self):
         config_and_inputs = self.model_tester.prepare_config_and_inputs()
         self.model_tester.create_and_check_model_with_loss(*config_and_inputs)
 
@@ -318,15 +336,30 @@ class HiMoCLIPModelTest(ModelTesterMixin, unittest.TestCase):
             self.assertDictEqual(config.text_config.to_dict(), text_config.to_dict())
 
 
-class HiMoCLIPUsageTest(unittest.TestCase):
-    """The model as a user calls it: tuple outputs, torch.export, torch.compile without graph breaks, loading."""
+@require_torch
+@unittest.skipIf(UNAVAILABLE is not None, UNAVAILABLE)
+class HiMoCLIPModelTest(DualEncoderCommonTests, unittest.TestCase):
+    all_model_classes = (HiMoCLIPModel,)
+    config_class = HiMoCLIPConfig
+    loss_terms = ("global_loss", "component_loss")
+    # HiMo's own options round-trip through JSON and save/load like CLIP's.
+    config_overrides = dict(hide_tau=0.8, molo_lambda=0.5, hide_scope="local", label_smoothing=0.1)
+
+
+class DualEncoderUsageTests:
+    """The model as a user calls it: tuple outputs, torch.export, torch.compile without graph breaks, loading. A
+    subclass (also a `unittest.TestCase`) sets `model_class`, `config_class` and, if needed, `config_kwargs`."""
+
+    model_class = config_class = None
+    config_kwargs = {}
 
     def setUp(self):
-        tester = HiMoCLIPModelTester(self, text_kwargs=dict(batch_size=3), vision_kwargs=dict(batch_size=3))
+        tester = DualEncoderModelTester(self, self.config_class, self.model_class, self.config_kwargs,
+                                        text_kwargs=dict(batch_size=3), vision_kwargs=dict(batch_size=3))
         config, self.inputs = tester.prepare_config_and_inputs_for_common()
         self.inputs.pop("return_loss")
         torch.manual_seed(0)
-        self.model = HiMoCLIPModel(config).to(torch_device).eval()
+        self.model = self.model_class(config).to(torch_device).eval()
 
     def assert_matches_eager(self, logits_per_image, text_embeds, image_embeds):
         with torch.no_grad():
@@ -375,5 +408,9 @@ class HiMoCLIPUsageTest(unittest.TestCase):
     def test_logit_scale_missing_from_a_checkpoint_is_initialised(self):
         config = copy.deepcopy(self.model.config)
         config.logit_scale_init_value = 3.0
-        model = HiMoCLIPModel.from_pretrained(None, config=config, state_dict={})
+        model = self.model_class.from_pretrained(None, config=config, state_dict={})
         self.assertEqual(model.logit_scale.tolist(), [3.0])
+
+
+class HiMoCLIPUsageTest(DualEncoderUsageTests, unittest.TestCase):
+    model_class, config_class = HiMoCLIPModel, HiMoCLIPConfig

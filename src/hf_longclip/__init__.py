@@ -2,7 +2,9 @@
 
 from transformers import AutoConfig, AutoModel, AutoModelForZeroShotImageClassification, AutoProcessor
 
+from .models.ditm import DITMConfig, DITMModel, DITMProcessor
 from .models.himo_clip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
+from .models.onelip import OneLIPConfig, OneLIPModel, OneLIPProcessor
 
 __version__ = "0.1.0"
 
@@ -19,5 +21,18 @@ def _register(config_class, model_class, processor_class) -> None:
 
 
 _register(HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor)
+_register(DITMConfig, DITMModel, DITMProcessor)
+_register(OneLIPConfig, OneLIPModel, OneLIPProcessor)
 
-__all__ = ["HiMoCLIPConfig", "HiMoCLIPModel", "HiMoCLIPProcessor", "__version__"]
+__all__ = [
+    "DITMConfig",
+    "DITMModel",
+    "DITMProcessor",
+    "HiMoCLIPConfig",
+    "HiMoCLIPModel",
+    "HiMoCLIPProcessor",
+    "OneLIPConfig",
+    "OneLIPModel",
+    "OneLIPProcessor",
+    "__version__",
+]

@@ -22,10 +22,20 @@ from .eval_tasks import TASKS, available_tasks, prefix_column
 from .metrics.cola import cola_multi
 from .metrics.hierarcaps import hierarcaps, text_pool
 from .metrics.himo import himo_at_k
-from .metrics.retrieval import (COCO_1K_FOLDS, COCO_5K_IMAGES, cxc_retrieval, fold_retrieval,
-                                long_text_retrieval, recall_at_k)
+from .metrics.retrieval import (
+    COCO_1K_FOLDS,
+    COCO_5K_IMAGES,
+    cxc_retrieval,
+    fold_retrieval,
+    long_text_retrieval,
+    recall_at_k,
+)
 from .metrics.ssi import ssi
-from .metrics.zero_shot import class_embeddings, format_prompts, zero_shot_classification
+from .metrics.zero_shot import (
+    class_embeddings,
+    format_prompts,
+    zero_shot_classification,
+)
 from .plots import coverage, plot_prefix_similarity, plot_recalls
 
 UNSET_MAX_LENGTH = 1_000_000  # a tokenizer `model_max_length` at least this large means "not set" (transformers: 1e30)
@@ -266,6 +276,75 @@ def hard_negative_pairs(dataset) -> list[dict]:
             for pair in pairs]
 
 
+def late_difference_pairs(dataset, tokenizer, length: int = 77) -> list[tuple[int, int]]:
+    """Row indices of the synthetic scenes' hard-negative pairs (two rows sharing `group_id`) whose captions agree on
+    their first `length` tokens under `tokenizer` and differ later: a text encoder that reads only `length` tokens
+    sees the same text twice (OneLIP's late-token test)."""
+    groups: dict[int, list[int]] = {}
+    for index, group in enumerate(dataset["group_id"]):
+        groups.setdefault(group, []).append(index)
+    ids = tokenizer(list(dataset["caption"]), verbose=False)["input_ids"]
+    return [(a, b) for a, b in (pair for pair in groups.values() if len(pair) == 2)
+            if ids[a] != ids[b] and ids[a][:length] == ids[b][:length]]
+
+
+PAIR_TIE_TOLERANCE = 1e-6  # cosine scores closer than this are a tie (same truncated text, other batch padding)
+
+
+def pair_recall_at_1(image_embeds: torch.Tensor, text_embeds: torch.Tensor,
+                     pairs: Sequence[tuple[int, int]]) -> tuple[float, float]:
+    """R@1 image->text and text->image within each pair (a gallery of two: the own item and its twin), in percent.
+    A tie counts half, so chance is 50 and a model that cannot tell the twins apart scores exactly 50."""
+    if not pairs:
+        return float("nan"), float("nan")
+    index = torch.tensor(list(pairs))
+    similarity = torch.einsum("pid,pjd->pij", image_embeds[index], text_embeds[index])  # (pairs, image, text)
+    own = similarity.diagonal(dim1=1, dim2=2)
+
+    def recall(other: torch.Tensor) -> float:
+        margin = own - other
+        return ((margin > PAIR_TIE_TOLERANCE).double() + 0.5 * (margin.abs() <= PAIR_TIE_TOLERANCE).double()
+                ).mean().item() * 100
+
+    return recall(similarity[:, [0, 1], [1, 0]]), recall(similarity[:, [1, 0], [0, 1]])
+
+
+def recall_at_1_by_text(image_embeds: torch.Tensor, text_embeds: torch.Tensor, owners: torch.Tensor) -> tuple[float,
+                                                                                                             float]:
+    """R@1 both ways, in percent, when several images share one text (`owners[i]`: the index in `text_embeds` of
+    image i's text): image->text hits when its own text scores highest (one query per image), text->image when
+    one of the images carrying the text scores highest (one query per distinct text); ties count as hits."""
+    similarity = image_embeds @ text_embeds.T  # (images, distinct texts)
+    own = similarity.gather(1, owners[:, None])
+    i2t = ((similarity > own).sum(dim=1) == 0).double().mean().item() * 100
+    carries = owners[:, None] == torch.arange(text_embeds.shape[0])[None]
+    best_own = similarity.masked_fill(~carries, float("-inf")).amax(dim=0)
+    best_other = similarity.masked_fill(carries, float("-inf")).amax(dim=0)
+    t2i = (best_own >= best_other).double().mean().item() * 100
+    return i2t, t2i
+
+
+def evaluate_text_lengths(model, processor, dataset, hard_pairs: Sequence[tuple[int, int]], batch_size: int = 128,
+                          progress: bool = False) -> dict:
+    """OneLIP's Table 1 / Table 4 miniature on rows with `caption`, `sentences` (the synthetic scenes): R@1 both
+    ways with the whole captions (`r1_*`, long text); with each caption's first sentence alone (`short_r1_*`, short
+    text; identical first sentences are one text, see `recall_at_1_by_text`); and within the `hard_pairs` (see
+    `late_difference_pairs`, `pair_recall_at_1`: `hard_r1_*`, chance 50). Texts are truncated by `processor`."""
+    model.eval()
+    image_embeds = encode_images(model, processor, _ImageColumn(dataset), batch_size, progress)
+    long_embeds = encode_texts(model, processor, dataset["caption"], batch_size, progress)
+    similarity = image_embeds @ long_embeds.T
+    first = [sentences[0] for sentences in dataset["sentences"]]
+    distinct = sorted(set(first))
+    owners = torch.tensor([distinct.index(text) for text in first])
+    short_i2t, short_t2i = recall_at_1_by_text(image_embeds, encode_texts(model, processor, distinct, batch_size),
+                                               owners)
+    hard_i2t, hard_t2i = pair_recall_at_1(image_embeds, long_embeds, hard_pairs)
+    return {"r1_i2t": recall_at_k(similarity, 1), "r1_t2i": recall_at_k(similarity.T, 1),
+            "short_r1_i2t": short_i2t, "short_r1_t2i": short_t2i, "hard_r1_i2t": hard_i2t, "hard_r1_t2i": hard_t2i,
+            "num_images": len(dataset), "num_short_texts": len(distinct), "num_hard_pairs": len(hard_pairs)}
+
+
 @torch.no_grad()
 def evaluate_dataset(
     model,
@@ -400,8 +479,17 @@ def load_model(model_name_or_path: str, device: str | None = None):
     probe huggingface_hub retries each file for ~25 s). A cached Hub id then loads from its cached snapshot."""
     import os
 
-    from huggingface_hub import HfApi, is_offline_mode, snapshot_download, try_to_load_from_cache
-    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+    from huggingface_hub import (
+        HfApi,
+        is_offline_mode,
+        snapshot_download,
+        try_to_load_from_cache,
+    )
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        HFValidationError,
+        RepositoryNotFoundError,
+    )
     from huggingface_hub.utils import validate_repo_id
 
     name = str(model_name_or_path)

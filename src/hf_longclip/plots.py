@@ -91,3 +91,54 @@ def plot_recalls(retrieval: dict, path: str | Path, title: str = "") -> Path:
 
 
 __all__ = ["coverage", "plot_loss_curves", "plot_prefix_similarity", "plot_recalls"]
+
+
+def plot_levels(descriptiveness: Sequence[Sequence[float]], distances: dict[str, Sequence[float]], path: str | Path,
+                covers: str) -> Path:
+    """Save DITM's Fig. 8(b)-(c) as one PNG: (b) the descriptiveness of the texts at each hierarchy level (mean and
+    standard deviation; `descriptiveness[l]` holds the level-l scores), (c) the mean Euclidean distance between an
+    image and its level-l text, one line per model. DITM's intended order: distances fall as descriptiveness rises."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    levels = range(1, len(descriptiveness) + 1)
+    means = [sum(scores) / len(scores) for scores in descriptiveness]
+    spreads = [(sum((s - m) ** 2 for s in scores) / len(scores)) ** 0.5 for scores, m in zip(descriptiveness, means)]
+    left.errorbar(levels, means, yerr=spreads, marker="o", capsize=4)
+    left.set_xlabel("hierarchy level (1: generic ... specific)")
+    left.set_ylabel("descriptiveness delta (test pool)")
+    left.set_title("(b) descriptiveness per level", fontsize=10)
+    for name, curve in distances.items():
+        right.plot(range(1, len(curve) + 1), curve, marker="o", label=name)
+    right.set_xlabel("hierarchy level (1: generic ... specific)")
+    right.set_ylabel("mean distance |v - t| (L2-normalised)")
+    right.set_title("(c) image-text distance per level", fontsize=10)
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.set_xticks(list(levels))
+        ax.grid(alpha=0.3)
+    fig.suptitle(covers, fontsize=10)
+    return _save_figure(fig, path)
+
+
+def plot_recall_by_length(panels: dict[str, dict[str, dict[int, float]]], path: str | Path, covers: str,
+                          title: str = "", reference: dict[str, float] | None = None) -> Path:
+    """Save a PNG of R@1 against the maximum training length (OneLIP Fig. 3): one panel per metric
+    (`{panel title: {method: {max length: value}}}`), one line per method; `reference` (`{panel title: value}`)
+    draws a dashed line, e.g. the base model's score."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    for ax, (panel, lines) in zip(axes[0], panels.items()):
+        for name, points in lines.items():
+            lengths = sorted(points)
+            ax.plot(lengths, [points[length] for length in lengths], marker="o", label=name)
+        if reference and panel in reference:
+            ax.axhline(reference[panel], color="gray", linestyle="--", label="base CLIP-77")
+        lengths = sorted({length for points in lines.values() for length in points})
+        ax.set_xticks(lengths)
+        ax.set_xlabel("maximum training length (tokens)")
+        ax.set_ylabel("R@1 (%)")
+        ax.set_title(panel, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{title or 'R@1 vs. maximum training length'}\n{covers}", fontsize=10)
+    return _save_figure(fig, path)

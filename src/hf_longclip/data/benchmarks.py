@@ -817,6 +817,8 @@ def _sentids(entry: dict, path: Path, index: int) -> list[int]:
     return ids
 
 
+@_register("coco_cxc", CXC_FEATURES, CXC_SPLITS,
+           "MS-COCO Karpathy test/val with Crisscrossed Captions positives (I2T, T2I, T2T, I2I)")
 def load_coco_cxc(data_dir: PathLike, split: str | None = None, max_samples: int | None = None, *,
                   annotation_file: PathLike | None = None, image_root: PathLike | None = None,
                   cxc_dir: PathLike | None = None, thresholds: dict[str, float] | None = None,
@@ -884,8 +886,6 @@ def load_coco_cxc(data_dir: PathLike, split: str | None = None, max_samples: int
     benchmark.name = "coco_cxc"
     return benchmark
 
-
-load_coco_cxc.features = datasets.Features(CXC_FEATURES)
 
 
 def describe_benchmarks() -> Iterable[str]:

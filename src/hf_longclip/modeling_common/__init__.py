@@ -2,7 +2,7 @@
 siblings; `code_bundle` copies the ones a model uses into that model's remote-code bundle."""
 
 from .code_bundle import CodeBundleMixin, bundle_sources, write_bundle
-from .dual_encoder import DualEncoderMixin, DualEncoderOutput, sum_of_terms
+from .dual_encoder import DualEncoderMixin, DualEncoderOutput, end_of_text_positions, sum_of_terms
 from .gpo import GPO, sinusoidal_encoding
 from .losses import (
     check_paired_embeddings,
@@ -29,6 +29,7 @@ __all__ = [
     "bundle_sources",
     "check_paired_embeddings",
     "contrastive_loss",
+    "end_of_text_positions",
     "gather_with_grad",
     "ntk_inverse_frequencies",
     "sigmoid_loss",

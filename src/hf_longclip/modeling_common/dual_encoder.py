@@ -1,9 +1,11 @@
-"""What every dual-encoder model of the library shares: its output type and its saving behaviour."""
+"""What every dual-encoder model of the library shares: its output type, its saving behaviour and where it pools
+a text."""
 
 from dataclasses import dataclass
 
 import torch
 from transformers.models.clip.modeling_clip import CLIPOutput
+from transformers.utils import is_tracing
 
 from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
 
@@ -36,3 +38,18 @@ class DualEncoderMixin(CodeBundleMixin):
             "AutoModelForZeroShotImageClassification": f"{type(self).__module__.split('.')[-1]}.{type(self).__name__}",
         }
         return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+def end_of_text_positions(input_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+    """Where CLIP pools each text: its first end-of-text token (with CLIP's legacy `eos_token_id == 2`, its largest
+    id, as transformers does). A text without the end-of-text token is a ValueError, checked in eager mode only
+    (under torch.compile, torch.export or tracing a data-dependent branch would break the graph)."""
+    if eos_token_id == 2:
+        return input_ids.to(torch.int).argmax(dim=-1)
+    is_end = input_ids == eos_token_id
+    if not is_tracing(input_ids) and not is_end.any(dim=-1).all():
+        raise ValueError(
+            f"every text must contain the end-of-text token (id {eos_token_id}): CLIP pools its embedding there. "
+            "Tokenize with the model's processor, which keeps it when truncating."
+        )
+    return is_end.int().argmax(dim=-1)

@@ -51,10 +51,22 @@ class GPO(nn.Module):
         if device.type == "cuda":
             self.gru.flatten_parameters()
         hidden, _ = pad_packed_sequence(self.gru(packed)[0], batch_first=True, total_length=max_length)
+        valid = torch.arange(max_length, device=device) < lengths.to(device)[:, None]
+        return self._softmax_scores(hidden, valid)
+
+    def full_length_weights(self, length: int) -> torch.Tensor:
+        """(length,) weights when every token is valid: the GRU runs unpacked (the same result as a packed sequence
+        of full length), with no data-dependent shape, so torch.compile and torch.export trace it."""
+        device, dtype = self.linear.weight.device, self.linear.weight.dtype
+        hidden, _ = self.gru(sinusoidal_encoding(length, self.d_pe, device, dtype)[None])
+        return self._softmax_scores(hidden, None)[0]
+
+    def _softmax_scores(self, hidden: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
         hidden = (hidden[..., : self.d_hidden] + hidden[..., self.d_hidden :]) / 2  # mean of the two directions
         scores = self.linear(hidden).squeeze(-1)
-        valid = torch.arange(max_length, device=device) < lengths.to(device)[:, None]
-        return torch.softmax(scores.masked_fill(~valid, float("-inf")) / self.temperature, dim=1)
+        if valid is not None:
+            scores = scores.masked_fill(~valid, float("-inf"))
+        return torch.softmax(scores / self.temperature, dim=1)
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         if features.ndim != 3 or features.shape[1] == 0:
@@ -62,7 +74,9 @@ class GPO(nn.Module):
                              f"got {tuple(features.shape)}")
         batch, tokens, _ = features.shape
         if lengths is None:
-            lengths = torch.full((batch,), tokens, dtype=torch.long)
+            weights = self.full_length_weights(tokens).to(features.dtype)
+            ranked = features.sort(dim=1, descending=True).values
+            return (ranked * weights[:, None]).sum(dim=1), weights.expand(batch, -1)
         lengths_cpu = torch.as_tensor(lengths).detach().to("cpu")
         if lengths_cpu.shape != (batch,) or lengths_cpu.is_floating_point() or lengths_cpu.is_complex():
             raise ValueError(f"lengths must be {batch} integers, one per sample, got {lengths_cpu}")

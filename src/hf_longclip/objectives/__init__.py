@@ -5,8 +5,9 @@ Models call them in `forward(return_loss=True)`; the training loop logs every te
 |---|---|---|
 | `ClipLoss` | contrastive_loss | CLIP InfoNCE over the gathered batch |
 | `MoLoLoss` | global_loss, component_loss | HiMo-CLIP Eq. 2-4 (HiDe: `hide_components`) |
+| `OneLIPLoss` | coarse_loss, token_loss, contrastive_loss | OneLIP Eq. 1, 3-7, 10 (TRIM, token distillation) |
 | `SigLipLoss` | sigmoid_loss | SigLIP pairwise sigmoid (F-CAST Eq. 7-8) |
-| `DITMLoss` | triplet_loss, order_loss | DITM Eq. 4-7: adaptive-margin triplet (VSE++ hardest negatives), generic-to-specific ordering |
+| `DITMLoss` | triplet_loss, order_loss | DITM Eq. 4-7: adaptive triplet (VSE++ hardest negatives), ordering |
 
 Each module imports only torch and the shared modelling code, so it travels in a model's remote-code bundle.
 """
@@ -14,15 +15,20 @@ Each module imports only torch and the shared modelling code, so it travels in a
 from .clip import ClipLoss
 from .ditm import DITMLoss, adaptive_triplet_loss, ordering_loss
 from .molo import MoLoLoss, hide_components, num_principal_components
+from .onelip import OneLIPLoss, TRIMRefine, trim_scores, trim_select
 from .sigmoid import SigLipLoss
 
 __all__ = [
     "ClipLoss",
     "DITMLoss",
     "MoLoLoss",
+    "OneLIPLoss",
     "SigLipLoss",
+    "TRIMRefine",
     "adaptive_triplet_loss",
     "hide_components",
     "num_principal_components",
     "ordering_loss",
+    "trim_scores",
+    "trim_select",
 ]

@@ -52,7 +52,9 @@ def adaptive_triplet_loss(
             margins = torch.cat([descriptiveness + all_descriptiveness[text_index], 2 * descriptiveness]) / tau
             has_negative = (hardest_text > float("-inf")).to(positive.dtype).repeat(2)
         anchors = torch.cat([image_embeds, text_embeds])
-        negatives = torch.cat([all_text_embeds[text_index], all_image_embeds[image_index]])
+        # index_select: its backward (index_add_) is several times faster on CPU than indexing's (index_put_)
+        negatives = torch.cat([all_text_embeds.index_select(0, text_index),
+                               all_image_embeds.index_select(0, image_index)])
         hinges = (margins - positive.repeat(2) + (anchors * negatives).sum(dim=-1)).clamp(min=0)
         return (hinges * has_negative).sum()
     image_to_text = image_embeds @ all_text_embeds.T
@@ -98,8 +100,9 @@ def ordering_loss(
         all_delta_squared = all_descriptiveness.clamp(min=descriptiveness_floor).square()
         delta_ratio = delta_squared[anchor] / all_delta_squared[other]  # (delta(t_i) / delta(t_j))^2
     # residual = log d(v_i, t_i) / d(v_i, t_j) - log delta(t_j) / delta(t_i), in one log of squared ratios
-    own = squared_distance(image_embeds, text_embeds)[anchor]
-    residual = 0.5 * torch.log(own * delta_ratio / squared_distance(image_embeds[anchor], all_text_embeds[other]))
+    own = squared_distance(image_embeds, text_embeds).index_select(0, anchor)
+    residual = 0.5 * torch.log(own * delta_ratio / squared_distance(image_embeds.index_select(0, anchor),
+                                                                    all_text_embeds.index_select(0, other)))
     return 0.5 * residual.square().sum()
 
 
@@ -109,11 +112,13 @@ class DITMLoss(nn.Module):
     lambda = 0.07; `hardest_negatives=False` is the warm-up of Sec. IV-C (all negatives, first epochs), switched
     by the training script.
 
-    `forward(image_embeds (B, D), text_embeds (B, D), image_ids (B,), descriptiveness (B,))`: one row per pair,
-    L2-normalised embeddings, rows with equal image ids showing the same image (positives, never negatives; the
-    order term needs at least one image with two captions in the global batch), descriptiveness in [0, 1]. Every
-    input is gathered across processes (embeddings with gradient); both terms are sums (as VSE++), so summed over
-    processes they equal one process on the concatenated batch (DDP's gradient mean scales that by 1 / world size).
+    `forward(image_embeds (B, D), text_embeds (B, D), image_ids (B,) or None, descriptiveness (B,))`: one row per
+    pair, L2-normalised embeddings, rows with equal image ids showing the same image (positives, never negatives; the
+    order term needs at least one image with two captions in the global batch; None: every row its own image),
+    descriptiveness in [0, 1]. Every
+    input is gathered across processes (embeddings with gradient). Both terms are sums (as VSE++): each process
+    returns its rows' share times the number of processes, so that the mean over processes (what DDP's gradient
+    averaging and the loop's logging take) is the loss of one process on the concatenated batch.
     Runs in float32 with autocast disabled.
     """
 
@@ -125,13 +130,14 @@ class DITMLoss(nn.Module):
         self.tau, self.order_weight, self.hardest_negatives = tau, order_weight, hardest_negatives
         self.descriptiveness_floor, self.distance_floor = descriptiveness_floor, distance_floor
 
-    def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, image_ids: torch.Tensor,
+    def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, image_ids: torch.Tensor | None,
                 descriptiveness: torch.Tensor) -> dict:
         check_paired_embeddings(image_embeds, text_embeds)
         batch = image_embeds.shape[0]
-        image_ids = torch.as_tensor(image_ids, device=image_embeds.device)
         descriptiveness = torch.as_tensor(descriptiveness, device=image_embeds.device)
-        if image_ids.shape != (batch,) or image_ids.is_floating_point():
+        if image_ids is not None:
+            image_ids = torch.as_tensor(image_ids, device=image_embeds.device)
+        if image_ids is not None and (image_ids.shape != (batch,) or image_ids.is_floating_point()):
             raise ValueError(f"image_ids must be {batch} integer ids, one per row, got shape {tuple(image_ids.shape)} "
                              f"of {image_ids.dtype}")
         if descriptiveness.shape != (batch,):
@@ -141,8 +147,12 @@ class DITMLoss(nn.Module):
             image, text, delta = image_embeds.float(), text_embeds.float(), descriptiveness.float()
             all_image, offset = gather_with_grad(image)
             all_text, _ = gather_with_grad(text)
-            all_ids, _ = gather_with_grad(image_ids)
             all_delta, _ = gather_with_grad(delta)
+            if image_ids is None:  # every row its own image: global row numbers
+                image_ids = torch.arange(offset, offset + batch, device=image.device)
+                all_ids = torch.arange(all_image.shape[0], device=image.device)
+            else:
+                all_ids, _ = gather_with_grad(image_ids)
             # one host sync for every check
             finite = torch.isfinite(all_image).all() & torch.isfinite(all_text).all()
             in_range = ((all_delta >= 0) & (all_delta <= 1)).all()
@@ -154,7 +164,8 @@ class DITMLoss(nn.Module):
             if not in_range:
                 raise ValueError("descriptiveness scores must lie in [0, 1] (min-max normalised, DITM Sec. III-B)")
             same_image = image_ids[:, None] == all_ids[None, :]  # (n, N): positives of each local row
-            terms = {"triplet_loss": adaptive_triplet_loss(
+            processes = all_image.shape[0] // batch  # the loop gives every process an equal batch
+            terms = {"triplet_loss": processes * adaptive_triplet_loss(
                 image, text, all_image, all_text, same_image, delta, all_delta, self.tau, self.hardest_negatives)}
             if self.order_weight == 0:
                 return terms
@@ -162,7 +173,7 @@ class DITMLoss(nn.Module):
                 raise ValueError("the ordering loss (DITM Eq. 6) needs several captions per image in the batch, but "
                                  "every image id occurs once: sample several captions per image, or set "
                                  "order_weight=0")
-            terms["order_loss"] = self.order_weight * ordering_loss(
+            terms["order_loss"] = processes * self.order_weight * ordering_loss(
                 image, text, all_text, same_image, delta, all_delta, offset, self.descriptiveness_floor,
                 self.distance_floor)
             return terms

@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
+from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+from huggingface_hub.utils import filter_repo_objects
 
 logger = logging.getLogger(__name__)
 
@@ -279,11 +280,16 @@ def push_to_hub(
                 logger.warning("%s/README.md is replaced by the model card in the upload", folder)
                 readme.unlink()  # a hard link: unlink, never write through it into the checkpoint
             readme.write_text(str(card), encoding="utf-8")
+        # One commit with every file. `upload_folder` would hand a folder of more than 20 files (a bundle with its
+        # shared code) to huggingface_hub's pipeline, which splits failed commits into smaller ones and retries
+        # them whatever the error: a checkpoint could land half-written, and auth errors would be retried.
+        files = filter_repo_objects(sorted(p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file()),
+                                    ignore_patterns=list(ignore_patterns) or None)
+        operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(stage / name)) for name in files]
         commit = _with_retries(
-            f"upload_folder({repo_id})",
-            lambda: api.upload_folder(repo_id=repo_id, folder_path=stage, repo_type="model", revision=revision,
-                                      commit_message=commit_message, commit_description=commit_description,
-                                      ignore_patterns=list(ignore_patterns) or None),
+            f"create_commit({repo_id})",
+            lambda: api.create_commit(repo_id=repo_id, operations=operations, repo_type="model", revision=revision,
+                                      commit_message=commit_message, commit_description=commit_description),
             max_retries, backoff, max_backoff,
         )
     logger.info("pushed %s to %s", folder, commit.commit_url)

@@ -15,7 +15,13 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 from accelerate.logging import get_logger
-from accelerate.utils import DistributedType, InitProcessGroupKwargs, parse_flag_from_env, set_seed
+from accelerate.utils import (
+    DistributedDataParallelKwargs,
+    DistributedType,
+    InitProcessGroupKwargs,
+    parse_flag_from_env,
+    set_seed,
+)
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
@@ -63,6 +69,9 @@ class LoopArguments:
                                                             "run)"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0: off); also DeepSpeed's"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
+    ddp_find_unused_parameters: bool = field(default=False, metadata={
+        "help": "let DDP handle parameters without a gradient in a step (e.g. a backbone frozen for a warm-up); "
+                "costs a graph traversal per step"})
     mixed_precision: str | None = field(default=None, metadata={
         "help": "'no', 'fp16' or 'bf16'; None: what the accelerate launch config says"})
     logging_steps: int = field(default=20, metadata={"help": "log the loss terms and learning rate every N "
@@ -100,6 +109,8 @@ def make_accelerator(args: LoopArguments) -> Accelerator:
     no_cuda, deepspeed = not torch.cuda.is_available(), parse_flag_from_env("ACCELERATE_USE_DEEPSPEED")
     several_processes = int(os.environ.get("WORLD_SIZE", "1")) > 1
     handlers = [InitProcessGroupKwargs(backend="gloo")] if no_cuda and deepspeed else []
+    if args.ddp_find_unused_parameters:
+        handlers.append(DistributedDataParallelKwargs(find_unused_parameters=True))
     log_with = None if args.report_to == "none" else args.report_to
     accelerator = Accelerator(
         cpu=no_cuda and several_processes and not deepspeed,  # else accelerate 1.15 runs unsynchronised copies

@@ -14,20 +14,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from accelerate import Accelerator
 from accelerate.logging import get_logger
-from transformers import AutoModel
+from accelerate.utils import set_seed
+from transformers import (
+    AutoImageProcessor,
+    AutoModel,
+    AutoTokenizer,
+    CLIPImageProcessorPil,
+    CLIPModel,
+    HfArgumentParser,
+)
 
+from ..data.collate import ImageTextCollator
+from ..data.tokenizer import scene_corpus, train_scene_tokenizer
 from ..fileio import write_atomic
+from ..models.himo_clip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
 from ..plots import plot_loss_curves
 from .hub import ModelCardInfo, build_model_card, push_to_hub
-from .loop import LoopArguments, save_model, train, whole_model_init
+from .loop import LoopArguments, make_accelerator, save_model, train, whole_model_init
 from .lora import LoraArguments, apply_lora, count_parameters, merge_lora
-from .task import Task
+from .task import ContrastiveTask, Task
 
 logger = get_logger(__name__)
 
@@ -47,6 +59,90 @@ class HubArguments:
         if len(variants) == 1:
             return {variants[0]: self.hub_model_id}
         return {variant: f"{self.hub_model_id}-{variant}" for variant in variants}
+
+
+@dataclass
+class BackboneArguments:
+    """Where a script's CLIP towers come from: a CLIP checkpoint, or a small model from scratch on the synthetic
+    scenes (with a tokenizer trained on their texts)."""
+
+    init_from_clip: str | None = field(
+        default=None, metadata={"help": "CLIPModel Hub id or directory to start from; None: a small model from scratch"}
+    )
+    image_size: int = field(default=64, metadata={"help": "side in pixels of the synthetic images and of the "
+                                                          "scratch model's input"})
+    hidden_size: int = field(default=128, metadata={"help": "width of both encoders when training from scratch"})
+    num_layers: int = field(default=2, metadata={"help": "transformer layers of each encoder when training from "
+                                                         "scratch"})
+    num_heads: int = field(default=4, metadata={"help": "attention heads of each layer when training from scratch"})
+    patch_size: int = field(default=8, metadata={"help": "vision patch side in pixels when training from scratch"})
+
+    def processor_parts(self, dataset, positions: int):
+        """(tokenizer, image processor): the checkpoint's, or a tokenizer trained on `dataset`'s texts with
+        `positions` positions and a CLIP image processor at `image_size`."""
+        if self.init_from_clip:
+            return (AutoTokenizer.from_pretrained(self.init_from_clip),
+                    AutoImageProcessor.from_pretrained(self.init_from_clip))
+        size = self.image_size
+        return (train_scene_tokenizer(scene_corpus(dataset), model_max_length=positions),
+                CLIPImageProcessorPil(size={"shortest_edge": size}, crop_size={"height": size, "width": size}))
+
+    def scratch_towers(self, tokenizer, positions: int) -> dict:
+        """`text_config`, `vision_config` and `projection_dim` of a small CLIP-like model from scratch."""
+        width = dict(hidden_size=self.hidden_size, intermediate_size=4 * self.hidden_size,
+                     num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads)
+        return dict(
+            text_config=dict(width, vocab_size=len(tokenizer), max_position_embeddings=positions,
+                             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id),
+            vision_config=dict(width, image_size=self.image_size, patch_size=self.patch_size),
+            projection_dim=self.hidden_size,
+        )
+
+
+def base_clip_task(backbone: BackboneArguments, dataset, positions: int, seed: int):
+    """(task, processor) of a small CLIP with `positions` text positions from scratch, trained with global InfoNCE
+    (train_himo.py's clip-77 / clip-248): the pretrained base that OneLIP adapts and DITM fine-tunes."""
+    set_seed(seed)
+    tokenizer, image_processor = backbone.processor_parts(dataset, positions)
+    model = HiMoCLIPModel(HiMoCLIPConfig(**backbone.scratch_towers(tokenizer, positions), molo_lambda=0.0))
+    processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=positions)
+    return ContrastiveTask(model, ImageTextCollator(processor)), processor
+
+
+def train_base_clip(accelerator: Accelerator, name: str, backbone: BackboneArguments, dataset, positions: int,
+                    loop_args: LoopArguments, steps: int, learning_rate: float,
+                    evaluate: Callable[[torch.nn.Module, object], dict]) -> tuple[str, dict, dict]:
+    """Train `base_clip_task` for `steps` optimizer steps as variant `name` (saved, reloaded and evaluated like any
+    variant; resumable); return its checkpoint directory, {name: metrics} and {name: history}."""
+    base_args = replace(loop_args, max_steps=steps, learning_rate=learning_rate, lr_multipliers="", layer_decay=1.0)
+    results, histories = train_variants(
+        accelerator, [name], lambda _: base_clip_task(backbone, dataset, positions, loop_args.seed), evaluate,
+        dataset, base_args, LoraArguments(),
+    )
+    return str(Path(loop_args.output_dir) / name), results, histories
+
+
+def load_clip(path: str):
+    """A `CLIPModel` (ours or transformers') from a directory or Hub id, in float32; a clear exit otherwise."""
+    model = AutoModel.from_pretrained(path, trust_remote_code=True, dtype=torch.float32)
+    if not isinstance(model, CLIPModel):
+        raise SystemExit(f"{path} holds a {type(model).__name__}, not a CLIPModel")
+    return model
+
+
+def start_run(name: str, script_arguments: type, defaults: Mapping[str, Any]):
+    """What every script does first: parse its own arguments with `BackboneArguments`, `LoopArguments`,
+    `LoraArguments` and `HubArguments` (`defaults` override theirs), make the accelerator and start its trackers
+    under `name`. Returns (script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args), run_args
+    being every argument, for trackers and model cards."""
+    parser = HfArgumentParser((script_arguments, BackboneArguments, LoopArguments, LoraArguments, HubArguments))
+    parser.set_defaults(**defaults)
+    script_args, backbone, loop_args, lora_args, hub_args = parser.parse_args_into_dataclasses()
+    accelerator = make_accelerator(loop_args)
+    run_args = {**asdict(script_args), **asdict(backbone), **asdict(loop_args), **asdict(lora_args)}
+    accelerator.init_trackers(name, config=run_args)
+    return script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args
 
 
 def parse_variants(text: str, known: Sequence[str]) -> list[str]:
@@ -110,8 +206,9 @@ def train_variants(
 def format_table(results: Mapping[str, Mapping[str, float]], metrics: Sequence[str]) -> str:
     """One row per variant, one column per metric."""
     width = max([12, *(len(variant) + 2 for variant in results)])
-    header = f"{'model':<{width}}" + "".join(f"{name:>10}" for name in metrics)
-    rows = [f"{variant:<{width}}" + "".join(f"{values[name]:>10.3f}" for name in metrics)
+    columns = {name: max(10, len(name) + 2) for name in metrics}
+    header = f"{'model':<{width}}" + "".join(f"{name:>{columns[name]}}" for name in metrics)
+    rows = [f"{variant:<{width}}" + "".join(f"{values[name]:>{columns[name]}.3f}" for name in metrics)
             for variant, values in results.items()]
     return "\n".join([header, "-" * len(header), *rows])
 
@@ -128,9 +225,11 @@ def publish(
     hub_args: HubArguments,
     run_args: Mapping,
     base_model: str | None = None,
+    push_variants: Sequence[str] | None = None,
 ) -> None:
     """Main process: `results.json`, `loss_curves.png`, the table on stdout and, with `--push_to_hub`, each variant's
-    checkpoint pushed with its card (`run_args`: every argument of the run, shown in the card)."""
+    checkpoint pushed with its card (`run_args`: every argument of the run, shown in the card; `push_variants`: the
+    variants to push, default all, e.g. to leave out a row whose checkpoint this run did not write)."""
     if not accelerator.is_main_process:
         return
     output_dir = Path(output_dir)
@@ -140,7 +239,8 @@ def publish(
     print(f"\ncheckpoints, results.json and plots in {output_dir}/")
     if not hub_args.push_to_hub:
         return
-    for variant, repo_id in hub_args.repo_ids(list(results)).items():
+    pushed = list(results) if push_variants is None else list(push_variants)
+    for variant, repo_id in hub_args.repo_ids(pushed).items():
         config = json.loads((output_dir / variant / "config.json").read_text())
         card = build_model_card(card_template, repo_id=repo_id, info=card_info, results=results[variant],
                                 config=config, training_args={**run_args, "variant": variant}, base_model=base_model)

@@ -15,11 +15,13 @@ The loop calls, on every process:
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from collections.abc import Callable
 
 import torch
 from accelerate import Accelerator
+from transformers import CLIPModel, CLIPTextModel
 
 MAX_LOGIT_SCALE = math.log(100.0)  # CLIP's clamp of the learned temperature
 
@@ -71,3 +73,93 @@ class ContrastiveTask(Task):
 
     def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float]:
         return {"logit_scale": clamp_logit_scale(accelerator, model)}
+
+
+class OneLIPTask(ContrastiveTask):
+    """OneLIP's one-stage training (Eq. 10): owns the frozen base text encoder (the teacher) and the optimizer-step
+    count that selects the loss weights (Sec. 4.1's schedule).
+
+    The teacher is training state, not part of the model: held here as a plain attribute, it is no submodule of
+    the model, so the optimizer, DDP and DeepSpeed never see it, `save_pretrained` never writes it, and its
+    parameters have `requires_grad=False`. It runs in eval mode under `no_grad` on each text's first T_f
+    (`text_config.base_length`) tokens and its last hidden states go to `model(..., teacher_hidden_states=...)`.
+    `teacher`: a `CLIPModel` (its text tower is taken), a `CLIPTextModel`, or a Hub id / directory of a CLIP; it is
+    copied, so the caller's model stays as it was. The step count is saved in every checkpoint (exact resume).
+    """
+
+    def __init__(self, model: torch.nn.Module, collate_fn: Callable, teacher: str | CLIPModel | CLIPTextModel):
+        super().__init__(model, collate_fn)
+        if isinstance(teacher, str):
+            teacher = CLIPModel.from_pretrained(teacher)
+        if isinstance(teacher, CLIPModel):
+            teacher = teacher.text_model
+        self.teacher = copy.deepcopy(teacher).requires_grad_(False).eval()
+        self.base_length = model.config.text_config.base_length
+        self.step = 0
+
+    def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        input_ids = batch["input_ids"]
+        attention_mask = batch.get("attention_mask")
+        self.teacher.to(input_ids.device)
+        with torch.no_grad():
+            teacher_states = self.teacher(
+                input_ids=input_ids[:, : self.base_length],
+                attention_mask=None if attention_mask is None else attention_mask[:, : self.base_length],
+            ).last_hidden_state
+        return model(**batch, return_loss=True, teacher_hidden_states=teacher_states,
+                     training_step=self.step).loss_terms
+
+    def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float]:
+        self.step += 1
+        return super().after_optimizer_step(model, accelerator)
+
+    def state_dict(self) -> dict:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = state["step"]
+
+
+class DITMTask(Task):
+    """DITM's objective (`hf_longclip.objectives.DITMLoss`, Eq. 7) on any of our dual encoders (DITM, HiMo-CLIP,
+    OneLIP): the model's forward gives the L2-normalised embeddings, the task pairs each text with its image
+    (`text_image_index`) and applies the objective with the batch's `image_ids` and `descriptiveness`
+    (`hf_longclip.data.collate.MultiCaptionCollator` builds such batches).
+
+    Warm-up (Sec. IV-C.2, "we freeze the visual backbone and include the hardest negative mining except for the
+    first two epochs"): for the first `warmup_steps` optimizer steps the triplet loss sums over all negatives and
+    the parameters of the vision transformer (`vision_model.*`; pooling and projection still train) get no
+    gradient, so the optimizer leaves them untouched. Under DDP this needs `ddp_find_unused_parameters`. The step
+    count is task state, saved with every checkpoint.
+    """
+
+    def __init__(self, model: torch.nn.Module, collate_fn: Callable, objective: torch.nn.Module,
+                 warmup_steps: int = 0):
+        super().__init__(model, collate_fn)
+        self.objective, self.warmup_steps, self.steps_done = objective, warmup_steps, 0
+        self._vision_parameters = [param for name, param in model.named_parameters()
+                                   if "vision_model." in name and param.requires_grad]
+
+    @property
+    def warming_up(self) -> bool:
+        return self.steps_done < self.warmup_steps
+
+    def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        warming_up = self.warming_up
+        for param in self._vision_parameters:
+            param.requires_grad_(not warming_up)
+        self.objective.hardest_negatives = not warming_up
+        outputs = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
+                        pixel_values=batch["pixel_values"])
+        return self.objective(outputs.image_embeds[batch["text_image_index"]], outputs.text_embeds,
+                              batch["image_ids"], batch["descriptiveness"])
+
+    def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float]:
+        self.steps_done += 1
+        return {"warm_up": float(self.steps_done <= self.warmup_steps)}
+
+    def state_dict(self) -> dict:
+        return {"steps_done": self.steps_done}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps_done = state["steps_done"]

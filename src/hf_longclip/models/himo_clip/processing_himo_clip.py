@@ -1,83 +1,15 @@
 """HiMo-CLIP processor: a CLIP image processor plus a tokenizer that pads/truncates to the model's 248 positions."""
 
-from transformers import BatchEncoding, ProcessorMixin
-
-from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
-from hf_longclip.modeling_common.inputs import check_texts, to_rgb_images, warn_unknown_tokens
+from hf_longclip.modeling_common.processing import DualEncoderProcessor
 
 from .configuration_himo_clip import HIMO_TEXT_POSITIONS
 
 
-class HiMoCLIPProcessor(CodeBundleMixin, ProcessorMixin):
-    """Prepares `input_ids`/`attention_mask` (at most `max_length` tokens, end-of-text kept last when truncating)
-    and `pixel_values` for [`HiMoCLIPModel`].
-
-    Captions must be non-empty strings; images may be PIL images of any mode (16-bit included), numpy arrays or
-    torch tensors (HxW, HxWxC, CxHxW), converted to 8-bit RGB by `modeling_common.inputs.to_rgb_images`. The first
-    time most of a caption's tokens are unknown to the tokenizer, an `UnknownTokensWarning` names the rate (once per
-    processor)."""
+class HiMoCLIPProcessor(DualEncoderProcessor):
+    """[`DualEncoderProcessor`] for [`HiMoCLIPModel`]: texts padded/truncated to 248 tokens by default."""
 
     def __init__(self, image_processor=None, tokenizer=None, max_length: int = HIMO_TEXT_POSITIONS, **kwargs):
-        if max_length < 2:
-            raise ValueError(f"max_length must leave room for the start and end tokens, got {max_length}")
-        self.max_length = max_length
-        self._unknown_tokens_warned = False  # not an `__init__` argument, so never saved
-        super().__init__(image_processor, tokenizer, **kwargs)
-
-    def __call__(
-        self,
-        text: str | list[str] | None = None,
-        images=None,
-        padding: bool | str = "max_length",
-        truncation: bool = True,
-        return_tensors: str | None = "pt",
-        allow_empty_text: bool = False,
-        **kwargs,
-    ) -> BatchEncoding:
-        """Tokenize `text` to `self.max_length` tokens and/or preprocess `images`.
-
-        `padding="longest"` pads to the longest text of the batch instead (faster training on short captions).
-        An empty or whitespace-only caption is refused (ValueError naming its index) unless `allow_empty_text=True`
-        (the empty text's embedding on purpose, e.g. HierarCaps's root).
-        """
-        if text is None and images is None:
-            raise ValueError("pass `text`, `images` or both")
-        encoding = BatchEncoding(tensor_type=return_tensors)
-        if text is not None:
-            check_texts(text, allow_empty=allow_empty_text)
-            has_unk = getattr(self.tokenizer, "unk_token_id", None) is not None
-            watch = has_unk and not getattr(self, "_unknown_tokens_warned", False)  # checked until it warns once
-            keep_special_mask = kwargs.pop("return_special_tokens_mask", False)
-            tokens = self.tokenizer(
-                text,
-                padding=padding,
-                truncation=truncation,
-                max_length=self.max_length,
-                return_tensors=return_tensors,
-                return_special_tokens_mask=keep_special_mask or watch,
-                **kwargs,
-            )
-            if watch:
-                special = tokens["special_tokens_mask"] if keep_special_mask else tokens.pop("special_tokens_mask")
-                self._unknown_tokens_warned = warn_unknown_tokens(
-                    self.tokenizer, tokens["input_ids"], special, tokens.get("attention_mask")
-                )
-            rows = [tokens["input_ids"]] if isinstance(text, str) and return_tensors is None else tokens["input_ids"]
-            length = max((len(row) for row in rows), default=0)
-            if length > self.max_length:
-                raise ValueError(
-                    f"texts of {length} tokens exceed the model's {self.max_length} positions; keep truncation=True"
-                )
-            encoding.update(tokens)
-        if images is not None:
-            encoding.update(self.image_processor(to_rgb_images(images), return_tensors=return_tensors))
-        return encoding
-
-    def batch_decode(self, *args, **kwargs):
-        return self.tokenizer.batch_decode(*args, **kwargs)
-
-    def decode(self, *args, **kwargs):
-        return self.tokenizer.decode(*args, **kwargs)
+        super().__init__(image_processor, tokenizer, max_length=max_length, **kwargs)
 
 
 __all__ = ["HiMoCLIPProcessor"]

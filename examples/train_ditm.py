@@ -1,0 +1,188 @@
+"""Train with DITM's objective and the objectives it is compared with (its Table IV), then evaluate retrieval and
+hierarchy on the synthetic scenes.
+
+    accelerate launch examples/train_ditm.py                          # small models on CPU (base CLIP first)
+    accelerate launch examples/train_ditm.py --backbone himo_clip     # the same objectives on HiMo-CLIP's backbone
+    accelerate launch examples/train_ditm.py --init_from_clip openai/clip-vit-base-patch16 \
+        --lr_multipliers "vision_model=0.01,text_model=0.1" --layer_decay 0.7 --num_train_epochs 25   # Sec. IV-C.2
+
+As in the paper (Sec. IV-C.2: the backbones start from CLIP), each variant fine-tunes a pretrained CLIP: with no
+`--init_from_clip`, a small CLIP is first trained from scratch with global InfoNCE for `--base_steps` (row
+`clip-infonce`, the InfoNCE reference; hardest-negative triplet losses from random weights collapse to one point).
+Each variant is then trained identically (same data order, captions, steps and optimiser) with its own objective:
+  vse++           triplet loss with VSE++'s hardest negatives and its fixed margin 0.2 (every delta set to 0.6,
+                  since DITM's margin 2 delta / tau is then 0.2)
+  adaptive        the adaptive-margin triplet loss (Eq. 4-5, tau = 6)
+  adaptive+order  adaptive triplet + lambda * generic-to-specific ordering (Eq. 7, lambda = 0.07)
+Positives: each training scene's 3 graded descriptions (its HierarCaps-style levels 2-4; level 1 is the same
+generic sentence for every scene) and its 3 full captions; each batch draws `captions_per_image` of them per image.
+Descriptiveness (Eq. 1-2) is a cached column over the training positives. Warm-up (Sec. IV-C.2): all negatives and
+a frozen vision transformer for the first `ditm_warmup_epochs`.
+
+Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
+`loss_curves.png` and `levels.png` (Fig. 8(b)-(c)). Multi-GPU, DeepSpeed, resume, LoRA and Hub push as in
+train_himo.py.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from accelerate.utils import DistributedType, set_seed
+
+from hf_longclip import DITMModel, DITMProcessor, HiMoCLIPModel, HiMoCLIPProcessor
+from hf_longclip.data.collate import MultiCaptionCollator
+from hf_longclip.data.descriptiveness import (
+    DescriptivenessScorer,
+    add_descriptiveness_column,
+)
+from hf_longclip.data.synthetic import load_synthetic_scenes
+from hf_longclip.evaluation import encode_images, encode_texts, evaluate_dataset
+from hf_longclip.models.ditm import DITM_CARD
+from hf_longclip.objectives import DITMLoss
+from hf_longclip.plots import coverage, plot_levels
+from hf_longclip.training.recipe import (
+    BackboneArguments,
+    load_clip,
+    parse_variants,
+    publish,
+    start_run,
+    train_base_clip,
+    train_variants,
+)
+from hf_longclip.training.task import DITMTask
+
+VSE_MARGIN_DESCRIPTIVENESS = 0.6  # 2 * 0.6 / tau(6) = 0.2, VSE++'s margin
+VARIANTS = {  # name: (fixed VSE++ margin, ordering weight or None for the configured one)
+    "vse++": (True, 0.0),
+    "adaptive": (False, 0.0),
+    "adaptive+order": (False, None),
+}
+BACKBONES = {"ditm": (DITMModel, DITMProcessor), "himo_clip": (HiMoCLIPModel, HiMoCLIPProcessor)}
+TEXT_POSITIONS = 248  # the synthetic captions run past 77 tokens
+MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "ditm.md"
+METRICS = ("i2t_r1", "t2i_r1", "rsum", "precision", "recall", "d_corr", "d_corr_image")
+BASE = "clip-infonce"
+# Fine-tuning (Sec. IV-C.2 scaled down): the backbones at a tenth of the rate of the new GPO and the projections.
+LOOP_DEFAULTS = dict(output_dir="outputs/ditm", num_train_epochs=2.0, per_device_train_batch_size=32,
+                     learning_rate=2e-4, lr_multipliers="vision_model=0.1,text_model=0.1",
+                     ddp_find_unused_parameters=True)
+
+
+@dataclass
+class ScriptArguments:
+    variants: str = field(default="vse++,adaptive,adaptive+order", metadata={"help": f"comma list of {list(VARIANTS)}"})
+    backbone: str = field(default="ditm", metadata={"help": f"model trained with the objectives: {list(BACKBONES)}"})
+    margin_scale: float = field(default=6.0, metadata={"help": "tau of the adaptive margins (Eq. 4)"})
+    order_weight: float = field(default=0.07, metadata={"help": "lambda of the ordering loss (Eq. 7)"})
+    captions_per_image: int = field(default=3, metadata={"help": "positives drawn per image in each batch"})
+    ditm_warmup_epochs: float = field(default=0.25, metadata={
+        "help": "epochs with all negatives and a frozen vision transformer (Sec. IV-C.2: 2 of 25; 0: off)"})
+    base_steps: int = field(default=250, metadata={"help": "optimizer steps of the base CLIP trained from scratch "
+                                                            "(without --init_from_clip)"})
+    base_learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate of that base"})
+    dataset_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (images and captions)"})
+    num_train: int = field(default=1500, metadata={"help": "synthetic training scenes"})
+    num_test: int = field(default=512, metadata={"help": "synthetic test scenes, for the final evaluation"})
+
+    def __post_init__(self):
+        if self.backbone not in BACKBONES:
+            raise ValueError(f"--backbone must be one of {list(BACKBONES)}, got {self.backbone!r}")
+
+
+def with_positives(dataset):
+    """Each split with `image_id` (row index), `positives` (graded levels 2-4 and the full captions) and, for
+    the vse++ variant, a constant score per positive."""
+    def positives(row, index):
+        texts = row["levels"][1:] + row["captions"]
+        return {"image_id": index, "positives": texts, "vse_descriptiveness": [VSE_MARGIN_DESCRIPTIVENESS] * len(texts)}
+
+    return dataset.map(positives, with_indices=True, remove_columns=["boxes", "subtexts", "sentences"])
+
+
+def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: int, warmup_steps: int):
+    """(task, processor) of `variant`: the chosen backbone built from the base CLIP at `base`, its objective."""
+    fixed_margin, order_weight = VARIANTS[variant]
+    order_weight = args.order_weight if order_weight is None else order_weight
+    model_class, processor_class = BACKBONES[args.backbone]
+    options = dict(margin_scale=args.margin_scale, order_weight=order_weight) if args.backbone == "ditm" else {}
+    set_seed(seed)  # identical initialisation of the new weights (GPO) for every variant
+    clip = load_clip(base)
+    stretch = clip.config.text_config.max_position_embeddings < TEXT_POSITIONS  # a 77-token CLIP: Long-CLIP's
+    model = model_class.from_clip(clip, stretch_positions=stretch, **options)
+    tokenizer, image_processor = parts
+    processor = processor_class(image_processor=image_processor, tokenizer=tokenizer, max_length=TEXT_POSITIONS)
+    collator = MultiCaptionCollator(
+        processor, args.captions_per_image, caption_column="positives", seed=seed,
+        descriptiveness_column="vse_descriptiveness" if fixed_margin else "descriptiveness")
+    objective = DITMLoss(args.margin_scale, order_weight)
+    return DITMTask(model, collator, objective, warmup_steps), processor
+
+
+def evaluate(model, processor, test, batch_size: int) -> dict:
+    """Retrieval over the 3 full captions of each test scene (R@1, RSUM), HierarCaps P / R / d_corr over its 4
+    levels, and the mean image-text distance per level (Fig. 8(c))."""
+    report = evaluate_dataset(model, processor, test, tasks=("retrieval", "hierarcaps"), batch_size=batch_size,
+                              progress=False)
+    image_embeds = encode_images(model, processor, test["image"], batch_size)
+    levels = test["levels"]
+    text_embeds = encode_texts(model, processor, [text for chain in levels for text in chain], batch_size)
+    distances = (text_embeds.reshape(len(levels), len(levels[0]), -1) - image_embeds[:, None]).norm(dim=-1)
+    retrieval, hierarchy = report["retrieval"], report["hierarcaps"]
+    return {**{key: retrieval[key] for key in ("i2t_r1", "t2i_r1", "rsum")},
+            **{key: hierarchy[key] for key in ("precision", "recall", "d_corr", "d_corr_image")},
+            "distance_by_level": distances.mean(dim=0).tolist(), "num_images": len(test)}
+
+
+def main() -> None:
+    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
+        "train_ditm", ScriptArguments, LOOP_DEFAULTS)
+    variants = parse_variants(script_args.variants, VARIANTS)
+    with accelerator.main_process_first():
+        scenes = load_synthetic_scenes(seed=script_args.dataset_seed, num_train=script_args.num_train,
+                                       num_test=script_args.num_test, image_size=backbone.image_size)
+        dataset = with_positives(scenes)
+        scorer = DescriptivenessScorer().fit(text for texts in dataset["train"]["positives"] for text in texts)
+        for split in ("train", "validation"):
+            dataset[split] = add_descriptiveness_column(dataset[split], "positives", scorer=scorer)
+    if accelerator.distributed_type == DistributedType.DEEPSPEED and script_args.ditm_warmup_epochs > 0:
+        raise SystemExit("--ditm_warmup_epochs needs one process or DDP: DeepSpeed's optimizer still steps the frozen "
+                         "vision parameters (zero gradients advance their Adam moments, weight decay applies); "
+                         "pass --ditm_warmup_epochs 0 under DeepSpeed")
+    images_per_step = (loop_args.per_device_train_batch_size * accelerator.num_processes
+                       * loop_args.gradient_accumulation_steps)
+    warmup_steps = int(script_args.ditm_warmup_epochs * len(dataset["train"]) / images_per_step)
+    test = scenes["test"]
+
+    def evaluate_on_test(model, processor):
+        return evaluate(model, processor, test, loop_args.per_device_eval_batch_size)
+
+    base, results, histories = backbone.init_from_clip, {}, {}
+    if base is None:  # the pretrained CLIP the paper starts from, here trained from scratch with InfoNCE
+        base, results, histories = train_base_clip(accelerator, BASE, backbone, dataset, TEXT_POSITIONS, loop_args,
+                                                   script_args.base_steps, script_args.base_learning_rate,
+                                                   evaluate_on_test)
+    parts = BackboneArguments(init_from_clip=base).processor_parts(dataset, TEXT_POSITIONS)  # the base's own
+    adapted, adapted_histories = train_variants(
+        accelerator, variants, lambda variant: build(script_args, base, parts, variant, loop_args.seed, warmup_steps),
+        evaluate_on_test, dataset, loop_args, lora_args,
+    )
+    results.update(adapted)
+    histories.update(adapted_histories)
+    if accelerator.is_main_process:
+        levels = test["levels"]
+        test_scores = DescriptivenessScorer().fit(text for chain in levels for text in chain)  # Sec. IV-E: test pool
+        by_level = torch.tensor(test_scores.scores([text for chain in levels for text in chain]))
+        plot_levels(by_level.reshape(len(levels), -1).T.tolist(),
+                    {v: r["distance_by_level"] for v, r in results.items()},
+                    Path(loop_args.output_dir) / "levels.png",
+                    coverage(len(levels), len(levels) * len(levels[0]), "level texts (test split)"))
+    publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
+            card_template=MODEL_CARD, card_info=DITM_CARD, hub_args=hub_args, run_args=run_args,
+            base_model=backbone.init_from_clip, push_variants=variants)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()

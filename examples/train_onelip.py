@@ -1,0 +1,180 @@
+"""Adapt a 77-token CLIP to long captions in one stage with OneLIP and compare it with the baselines of its Table 1 /
+Table 4 and its Fig. 3 on the synthetic scenes.
+
+    accelerate launch examples/train_onelip.py                                      # CPU, minutes, all from scratch
+    accelerate launch examples/train_onelip.py --base_checkpoint outputs/onelip/clip-77   # reuse a base CLIP
+    accelerate launch examples/train_onelip.py --base_checkpoint openai/clip-vit-base-patch16 --variants onelip
+
+First the base: a 77-token CLIP (`--base_checkpoint`: a CLIPModel directory or Hub id, ours or transformers'),
+or, without one, a small CLIP-77 trained from scratch for `--base_steps` with global InfoNCE (row `clip-77`). Then
+each variant starts from that base and is trained identically (same data order, steps and optimiser) in one stage:
+  clip-248       Long-CLIP stretching of the position table (77 -> 248), global InfoNCE ("fine-tuned CLIP")
+  onelip-pooled  OneLIP without TRIM: RoPE/NTK encoder, L_coarse + pooled distillation + contrastive (Table 4)
+  onelip         OneLIP: RoPE/NTK encoder, L_coarse + TRIM token-wise distillation + contrastive (Eq. 10)
+  clip-77-ft, clip-128, onelip-77, onelip-128: the same at other maximum training lengths, for Fig. 3 (the CLIP
+                 rows keep 77 positions at 77 and use the stretched 248-position table truncated at 128)
+The frozen base text encoder is OneLIP's teacher (held by `OneLIPTask`, never saved). Evaluation: R@1 both ways on
+the test scenes' long captions, on their first sentence (short) and within the hard-negative pairs whose captions
+differ only after token 77 (chance 50; `hf_longclip.evaluation.evaluate_text_lengths`).
+
+Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
+`loss_curves.png` and `recall_by_length.png` (Fig. 3). Multi-GPU, DeepSpeed, resume, LoRA and Hub push (of the
+adapted variants, with `model_cards/onelip.md`) as in train_himo.py.
+"""
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accelerate.utils import set_seed
+
+from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor, OneLIPModel, OneLIPProcessor
+from hf_longclip.data.collate import ImageTextCollator
+from hf_longclip.data.synthetic import load_synthetic_scenes
+from hf_longclip.evaluation import evaluate_text_lengths, late_difference_pairs
+from hf_longclip.models.onelip import ONELIP_CARD
+from hf_longclip.plots import plot_recall_by_length
+from hf_longclip.training.loop import LoopArguments, whole_model_init
+from hf_longclip.training.recipe import (
+    BackboneArguments,
+    load_clip,
+    parse_variants,
+    publish,
+    start_run,
+    train_base_clip,
+    train_variants,
+)
+from hf_longclip.training.task import ContrastiveTask, OneLIPTask
+
+BASE = "clip-77"
+BASE_LENGTH = 77
+VARIANTS = {  # name: (method, maximum training length); "clip": Long-CLIP stretching + global InfoNCE
+    "clip-248": ("clip", 248),
+    "onelip-pooled": ("pooled", 248),
+    "onelip": ("trim", 248),
+    "clip-77-ft": ("clip", 77),
+    "clip-128": ("clip", 128),
+    "onelip-77": ("trim", 77),
+    "onelip-128": ("trim", 128),
+}
+FIG3_LINES = {"clip": "fine-tuned CLIP (Long-CLIP stretching)", "trim": "OneLIP"}
+MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "onelip.md"
+METRICS = ("r1_i2t", "r1_t2i", "short_r1_i2t", "short_r1_t2i", "hard_r1_i2t", "hard_r1_t2i")
+LOOP_DEFAULTS = dict(output_dir="outputs/onelip", max_steps=60, warmup_steps=10, learning_rate=2e-4,
+                     logging_steps=10)
+BACKBONE_DEFAULTS = dict(hidden_size=64)
+
+
+@dataclass
+class ScriptArguments:
+    variants: str = field(default=",".join(VARIANTS), metadata={"help": f"comma list of {list(VARIANTS)}"})
+    base_checkpoint: str | None = field(default=None, metadata={
+        "help": "77-token CLIPModel directory or Hub id to adapt (also the teacher); None: train one from scratch "
+                "(same as --init_from_clip)"})
+    base_steps: int = field(default=300, metadata={"help": "optimizer steps of the base CLIP-77 from scratch"})
+    base_learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate of the base from scratch"})
+    weight_switch_fraction: float = field(default=0.5, metadata={
+        "help": "fraction of the adaptation's optimizer steps after which Eq. 10's weights switch (Sec. 4.1: "
+                "step 5000)"})
+    trim_top_k: int = field(default=100, metadata={"help": "K of TRIM-Select (Eq. 5)"})
+    trim_rank: int = field(default=8, metadata={"help": "r of TRIM-Select's structural importance (Eq. 4)"})
+    trim_alpha: float = field(default=0.5, metadata={"help": "alpha of S(i) (Eq. 5)"})
+    dataset_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (images and captions)"})
+    num_train: int = field(default=4000, metadata={"help": "synthetic training scenes"})
+    num_test: int = field(default=512, metadata={"help": "synthetic test scenes, for the final evaluation"})
+
+    def __post_init__(self):
+        if not 0.0 <= self.weight_switch_fraction <= 1.0:
+            raise ValueError(f"weight_switch_fraction must be in [0, 1], got {self.weight_switch_fraction}")
+
+
+def optimizer_steps(loop_args: LoopArguments, num_samples: int, num_processes: int) -> int:
+    """How many optimizer steps the loop will take (its `max_steps`, else its epochs of full global batches)."""
+    if loop_args.max_steps > 0:
+        return loop_args.max_steps
+    batches = num_samples // (loop_args.per_device_train_batch_size * num_processes)
+    return math.ceil(loop_args.num_train_epochs * math.ceil(batches / loop_args.gradient_accumulation_steps))
+
+
+def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: int, switch_step: int):
+    """(task, processor) of `variant`, adapted from the base CLIP at `base`."""
+    method, length = VARIANTS[variant]
+    tokenizer, image_processor = parts
+    set_seed(seed)  # identical initialisation of every new weight (TRIM-Refine's queries) for every variant
+    clip = load_clip(base)
+    if method == "clip":
+        model = HiMoCLIPModel.from_clip(clip, stretch_positions=length > BASE_LENGTH, molo_lambda=0.0)
+        processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
+        return ContrastiveTask(model, ImageTextCollator(processor)), processor
+    model = OneLIPModel.from_clip(clip, max_length=length, token_distillation=method, trim_top_k=args.trim_top_k,
+                                  trim_rank=args.trim_rank, trim_alpha=args.trim_alpha,
+                                  weight_switch_step=switch_step)
+    processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
+    return OneLIPTask(model, ImageTextCollator(processor), teacher=clip), processor
+
+
+def plot_figure_3(results: dict, path: Path) -> None:
+    panels = {}
+    for panel, keys in (("long captions: mean R@1 (I2T, T2I)", ("r1_i2t", "r1_t2i")),
+                        ("pairs differing after token 77: mean R@1", ("hard_r1_i2t", "hard_r1_t2i"))):
+        lines = {}
+        for variant, (method, length) in VARIANTS.items():
+            if method in FIG3_LINES and variant in results:
+                lines.setdefault(FIG3_LINES[method], {})[length] = sum(results[variant][k] for k in keys) / 2
+        panels[panel] = lines
+    reference = None
+    if BASE in results:
+        reference = {panel: sum(results[BASE][k] for k in keys) / 2 for panel, keys in
+                     zip(panels, (("r1_i2t", "r1_t2i"), ("hard_r1_i2t", "hard_r1_t2i")))}
+    first = next(iter(results.values()))
+    plot_recall_by_length(panels, path, f"{first['num_images']:,} test images; {first['num_hard_pairs']} hard pairs "
+                                        f"differ only after token {BASE_LENGTH}", reference=reference)
+
+
+def main() -> None:
+    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
+        "train_onelip", ScriptArguments, {**LOOP_DEFAULTS, **BACKBONE_DEFAULTS})
+    variants = parse_variants(script_args.variants, VARIANTS)
+    with accelerator.main_process_first():
+        dataset = load_synthetic_scenes(seed=script_args.dataset_seed, num_train=script_args.num_train,
+                                        num_test=script_args.num_test, image_size=backbone.image_size)
+    test, batch_size = dataset["test"], loop_args.per_device_eval_batch_size
+    base = script_args.base_checkpoint or backbone.init_from_clip
+    results, histories = {}, {}
+    if base is None:  # phase 1: the base CLIP-77 from scratch, with the shared loop
+        tokenizer = backbone.processor_parts(dataset, BASE_LENGTH)[0]
+        pairs = late_difference_pairs(test, tokenizer, BASE_LENGTH)
+        base, results, histories = train_base_clip(
+            accelerator, BASE, backbone, dataset, BASE_LENGTH, loop_args, script_args.base_steps,
+            script_args.base_learning_rate,
+            lambda model, processor: evaluate_text_lengths(model, processor, test, pairs, batch_size))
+    parts = BackboneArguments(init_from_clip=base).processor_parts(dataset, BASE_LENGTH)  # the base's own
+    pairs = late_difference_pairs(test, parts[0], BASE_LENGTH)
+    if BASE not in results and accelerator.is_main_process:  # a given base: evaluated as it is
+        with whole_model_init(accelerator):
+            model = load_clip(base)
+        processor = HiMoCLIPProcessor(image_processor=parts[1], tokenizer=parts[0], max_length=BASE_LENGTH)
+        results[BASE] = evaluate_text_lengths(model.to(accelerator.device), processor, test, pairs, batch_size)
+    # phase 2: every variant adapted from the base in one stage
+    total = optimizer_steps(loop_args, len(dataset["train"]), accelerator.num_processes)
+    switch_step = round(script_args.weight_switch_fraction * total)
+    adapted, adapted_histories = train_variants(
+        accelerator, variants, lambda variant: build(script_args, base, parts, variant, loop_args.seed, switch_step),
+        lambda model, processor: evaluate_text_lengths(model, processor, test, pairs, batch_size),
+        dataset, loop_args, lora_args,
+    )
+    results.update(adapted)
+    histories.update(adapted_histories)
+    if accelerator.is_main_process:
+        plot_figure_3(results, Path(loop_args.output_dir) / "recall_by_length.png")
+        print(f"\nhard pairs: {len(pairs)} of the {len(test) // 2} test pairs differ only after token {BASE_LENGTH}; "
+              f"short captions: {results[BASE]['num_short_texts']} distinct first sentences")
+    publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
+            card_template=MODEL_CARD, card_info=ONELIP_CARD, hub_args=hub_args, run_args=run_args,
+            base_model=script_args.base_checkpoint or backbone.init_from_clip, push_variants=variants)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()

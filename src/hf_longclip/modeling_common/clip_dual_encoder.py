@@ -1,0 +1,115 @@
+"""What the models built on transformers' `CLIPModel` share (HiMo-CLIP, DITM): construction from a CLIP checkpoint,
+the end-of-text check (`end_of_text_positions`), a shape-(1,) logit scale, the text tower for diffusers, and the
+joint forward pass up to the L2-normalised embeddings. Each model adds its own objective (and, for DITM, its image
+pooling)."""
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import CLIPModel, CLIPTextModel
+from transformers import initialization as init
+
+from hf_longclip.modeling_common.dual_encoder import (
+    DualEncoderMixin,
+    DualEncoderOutput,
+    end_of_text_positions,
+    sum_of_terms,
+)
+from hf_longclip.modeling_common.positions import stretch_position_embeddings
+
+
+class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
+    """A `CLIPModel` whose subclasses return their objective's loss from `forward(..., return_loss=True)`.
+
+    The logit scale is a shape-(1,) parameter (DeepSpeed rejects 0-dim parameters), initialised by `_init_weights`
+    (CLIP's leaves it out). `new_weight_prefixes` names the weights a subclass adds that CLIP checkpoints lack
+    (randomly initialised by `from_clip`).
+    """
+
+    new_weight_prefixes: tuple[str, ...] = ()
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.logit_scale = nn.Parameter(torch.tensor([config.logit_scale_init_value]))
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, CLIPDualEncoder):  # CLIP's `_init_weights` leaves the logit scale out
+            init.constant_(module.logit_scale, self.config.logit_scale_init_value)
+
+    @classmethod
+    def from_clip(cls, clip: "str | CLIPModel", stretch_positions: bool = True, **config_kwargs):
+        """Build the model from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`).
+
+        The text position table is stretched with Long-CLIP's knowledge-preserved scheme (77 -> 248) unless
+        `stretch_positions=False` (CLIP's 77 positions); `config_kwargs` set the model's own options. Weights under
+        `new_weight_prefixes` start from the model's initialisation; any other weight must come from the checkpoint.
+        """
+        if not isinstance(clip, CLIPModel):
+            clip = CLIPModel.from_pretrained(clip)
+        state = clip.state_dict()
+        key = "text_model.embeddings.position_embedding.weight"
+        if stretch_positions:
+            state[key] = stretch_position_embeddings(state[key])
+        state["logit_scale"] = state["logit_scale"].reshape(1)
+        text_config = clip.config.text_config.to_dict()
+        text_config["max_position_embeddings"] = state[key].shape[0]
+        config = cls.config_class(
+            text_config=text_config,
+            vision_config=clip.config.vision_config.to_dict(),
+            projection_dim=clip.config.projection_dim,
+            logit_scale_init_value=clip.config.logit_scale_init_value,
+            **config_kwargs,
+        )
+        model = cls(config)
+        model.load_state_dict(state, strict=False)
+        missing = [name for name in set(model.state_dict()) - set(state)
+                   if not name.endswith("position_ids") and not name.startswith(cls.new_weight_prefixes)]
+        if missing:
+            raise ValueError(f"weights missing from the CLIP checkpoint: {sorted(missing)}")
+        return model.to(clip.dtype)
+
+    def diffusion_text_encoder(self) -> CLIPTextModel:
+        """The text tower alone, as the transformers `CLIPTextModel` a diffusers pipeline takes for `text_encoder`:
+        the same text config (all the model's positions), the weights copied (not shared: the pipeline may cast or
+        move it), the same outputs. The hook `hf_longclip.diffusion.text_encoder_for_diffusion` calls; built without
+        random initialisation, so it leaves torch's random state as it was. (In transformers 5, `self.text_model` is
+        itself a `CLIPTextModel`.)"""
+        with init.no_init_weights():
+            encoder = CLIPTextModel(copy.deepcopy(self.config.text_config))
+        encoder.load_state_dict(self.text_model.state_dict())
+        return encoder.to(device=self.device, dtype=self.dtype).eval()
+
+    def get_text_features(self, input_ids: torch.Tensor, *args, **kwargs):
+        end_of_text_positions(input_ids, self.config.text_config.eos_token_id)  # the check: CLIP pools there
+        return super().get_text_features(input_ids, *args, **kwargs)
+
+    def encode_pair(self, input_ids, pixel_values, attention_mask=None, position_ids=None,
+                    interpolate_pos_encoding: bool = False, **kwargs):
+        """Both towers: (vision outputs, text outputs, L2-normalised image embeds, L2-normalised text embeds)."""
+        vision_outputs = self.get_image_features(
+            pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs
+        )
+        text_outputs = self.get_text_features(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, return_dict=True, **kwargs
+        )
+        image_embeds = F.normalize(vision_outputs.pooler_output, dim=-1)
+        text_embeds = F.normalize(text_outputs.pooler_output, dim=-1)
+        return vision_outputs, text_outputs, image_embeds, text_embeds
+
+    def pair_output(self, vision_outputs, text_outputs, image_embeds, text_embeds, loss_terms=None):
+        """CLIP's logits (cosine similarity times the logit scale) and every output, with the loss when given."""
+        logits_per_text = self.logit_scale.exp() * text_embeds @ image_embeds.T
+        return DualEncoderOutput(
+            loss=None if loss_terms is None else sum_of_terms(loss_terms),
+            loss_terms=loss_terms,
+            logits_per_image=logits_per_text.T,
+            logits_per_text=logits_per_text,
+            text_embeds=text_embeds,
+            image_embeds=image_embeds,
+            text_model_output=text_outputs,
+            vision_model_output=vision_outputs,
+        )

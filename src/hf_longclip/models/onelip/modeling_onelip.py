@@ -1,0 +1,352 @@
+"""OneLIP (Pan et al., "Unlocking and Improving Long-Text Representations of CLIP via One-Stage Adaptation").
+
+A dual encoder: CLIP's vision tower and a long text encoder, CLIP's text encoder with its absolute position table
+removed and rotary embeddings (Eq. 2) with NTK-scaled frequencies (Sec. 4.1) on the queries and keys of every
+self-attention layer. Retrieval embeddings are CLIP's: the projected image [CLS] and end-of-text embeddings, the
+text one independent of any image. Training (`forward(return_loss=True)`) is Eq. 10 through
+`hf_longclip.objectives.onelip.OneLIPLoss`, given the frozen base encoder's token states (`teacher_hidden_states`),
+which `hf_longclip.training.task.OneLIPTask` computes: the teacher is training state, not part of this model.
+"""
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import CLIPModel, CLIPVisionModel
+from transformers import PreTrainedModel as PreTrainedModel  # noqa: PLC0414 (see diffusion_text_encoder)
+from transformers import initialization as init
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.clip.modeling_clip import (
+    CLIPAttention,
+    CLIPEncoderLayer,
+    CLIPPreTrainedModel,
+    eager_attention_forward,
+)
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from hf_longclip.modeling_common.dual_encoder import (
+    DualEncoderMixin,
+    DualEncoderOutput,
+    end_of_text_positions,
+    sum_of_terms,
+)
+from hf_longclip.modeling_common.positions import RotaryEmbedding, apply_rotary, ntk_inverse_frequencies
+from hf_longclip.objectives.onelip import OneLIPLoss, TRIMRefine
+
+from .configuration_onelip import ONELIP_TEXT_POSITIONS, OneLIPConfig, OneLIPTextConfig
+
+DEFAULT_CLIP_CHECKPOINT = "openai/clip-vit-base-patch16"
+_POSITION_TABLE = "text_model.embeddings.position_embedding.weight"
+
+
+def inverse_frequencies(config: OneLIPTextConfig) -> torch.Tensor:
+    """The text encoder's RoPE inverse frequencies: NTK factor (gamma T_g / T_f) - (gamma - 1) (Sec. 4.1)."""
+    return ntk_inverse_frequencies(
+        config.hidden_size // config.num_attention_heads, config.base_length, config.max_position_embeddings,
+        config.rope_gamma, config.rope_theta,
+    )
+
+
+class OneLIPTextEmbeddings(nn.Module):
+    """Token embeddings only: positions enter through the rotary embeddings of every attention layer."""
+
+    def __init__(self, config: OneLIPTextConfig):
+        super().__init__()
+        self.token_embedding = nn.Embedding(config.vocab_size, config.hidden_size)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.token_embedding(input_ids)
+
+
+class OneLIPAttention(CLIPAttention):
+    """CLIP's attention with queries and keys rotated by position (Eq. 2), causal as CLIP's text encoder."""
+
+    def __init__(self, config: OneLIPTextConfig):
+        super().__init__(config)
+        self.is_causal = True
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, self.num_heads, self.head_dim)
+        queries = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        keys = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        values = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        queries, keys = apply_rotary(queries, keys, *position_embeddings)
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self, queries, keys, values, attention_mask, scaling=self.scale,
+            dropout=0.0 if not self.training else self.dropout, **kwargs,
+        )
+        attn_output = self.out_proj(attn_output.reshape(*input_shape, -1).contiguous())
+        return attn_output, attn_weights
+
+
+class OneLIPEncoderLayer(CLIPEncoderLayer):
+    """CLIP's pre-norm block (a `GradientCheckpointingLayer`) with rotary self-attention."""
+
+    def __init__(self, config: OneLIPTextConfig):
+        super().__init__(config)
+        self.self_attn = OneLIPAttention(config)
+
+
+class OneLIPEncoder(nn.Module):
+    def __init__(self, config: OneLIPTextConfig):
+        super().__init__()
+        self.layers = nn.ModuleList([OneLIPEncoderLayer(config) for _ in range(config.num_hidden_layers)])
+
+    def forward(self, hidden_states, attention_mask, position_embeddings, **kwargs) -> BaseModelOutput:
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, attention_mask, position_embeddings=position_embeddings, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+class OneLIPPreTrainedModel(CLIPPreTrainedModel):
+    """CLIP's initialisation and attention support, plus the parts OneLIP adds."""
+
+    config: OneLIPConfig
+    base_model_prefix = "onelip"
+    _no_split_modules = ["OneLIPEncoderLayer", "CLIPEncoderLayer", "CLIPVisionEmbeddings"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        factor = self.config.initializer_factor
+        text_config = getattr(self.config, "text_config", self.config)
+        if isinstance(module, OneLIPTextEmbeddings):
+            init.normal_(module.token_embedding.weight, std=factor * 0.02)
+        elif isinstance(module, RotaryEmbedding):
+            init.copy_(module.inv_freq, inverse_frequencies(text_config))
+        elif isinstance(module, TRIMRefine):
+            init.normal_(module.queries, std=text_config.hidden_size**-0.5 * factor)
+        elif isinstance(module, OneLIPModel):
+            init.normal_(module.text_projection.weight, std=module.text_projection.in_features**-0.5 * factor)
+            init.normal_(module.visual_projection.weight, std=module.visual_projection.in_features**-0.5 * factor)
+            init.constant_(module.logit_scale, self.config.logit_scale_init_value)
+
+
+class OneLIPTextModel(OneLIPPreTrainedModel):
+    """The long text encoder: `last_hidden_state` (after the final LayerNorm) and `pooler_output` at the first
+    end-of-text token, as CLIP's text model; any length up to `max_position_embeddings` (T_g)."""
+
+    config: OneLIPTextConfig
+    config_class = OneLIPTextConfig
+    input_modalities = ("text",)
+    _input_embed_layer = "token_embedding"
+
+    def __init__(self, config: OneLIPTextConfig):
+        super().__init__(config)
+        self.embeddings = OneLIPTextEmbeddings(config)
+        self.rotary = RotaryEmbedding(inverse_frequencies(config))
+        self.encoder = OneLIPEncoder(config)
+        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embeddings.token_embedding
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.embeddings.token_embedding = value
+
+    @merge_with_config_defaults
+    @capture_outputs(tie_last_hidden_states=False)
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling:
+        if input_ids is None:
+            raise ValueError("You have to specify input_ids")
+        if input_ids.shape[-1] > self.config.max_position_embeddings:
+            raise ValueError(
+                f"texts of {input_ids.shape[-1]} tokens exceed max_position_embeddings "
+                f"({self.config.max_position_embeddings}), the length this encoder's RoPE is scaled for"
+            )
+        input_ids = input_ids.view(-1, input_ids.shape[-1])
+        ends = end_of_text_positions(input_ids, self.config.eos_token_id)
+        hidden_states = self.embeddings(input_ids)
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device)[None]
+        mask = create_causal_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, past_key_values=None,
+        )
+        kwargs.pop("is_causal", None)
+        hidden_states = self.encoder(
+            hidden_states, mask, position_embeddings=self.rotary(position_ids), is_causal=True, **kwargs
+        ).last_hidden_state
+        last_hidden_state = self.final_layer_norm(hidden_states)
+        pooled = last_hidden_state[torch.arange(last_hidden_state.shape[0], device=ends.device), ends]
+        return BaseModelOutputWithPooling(last_hidden_state=last_hidden_state, pooler_output=pooled)
+
+
+def text_token_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, eos_token_id: int) -> torch.Tensor:
+    """(B, L) True at each text's valid tokens: up to its end-of-text token and inside the attention mask."""
+    ends = end_of_text_positions(input_ids, eos_token_id)
+    valid = torch.arange(input_ids.shape[-1], device=input_ids.device) <= ends[:, None]
+    return valid if attention_mask is None else valid & attention_mask.bool()
+
+
+class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
+    """OneLIP: CLIP's vision tower, the RoPE long text encoder, CLIP's projections and logit scale (shape (1,):
+    DeepSpeed rejects 0-dim parameters), and TRIM-Refine's L2 learnable queries (Eq. 6; trained, used by the loss
+    only). `get_text_features` takes no image; `forward(return_loss=True, teacher_hidden_states=...)` returns Eq. 10's
+    named terms."""
+
+    config: OneLIPConfig
+    config_class = OneLIPConfig
+
+    def __init__(self, config: OneLIPConfig):
+        super().__init__(config)
+        text_config, vision_config = config.text_config, config.vision_config
+        self.text_model = OneLIPTextModel._from_config(text_config)
+        self.vision_model = CLIPVisionModel._from_config(vision_config)
+        self.visual_projection = nn.Linear(vision_config.hidden_size, config.projection_dim, bias=False)
+        self.text_projection = nn.Linear(text_config.hidden_size, config.projection_dim, bias=False)
+        self.logit_scale = nn.Parameter(torch.tensor([config.logit_scale_init_value]))
+        self.trim_refine = TRIMRefine(text_config.base_length, text_config.hidden_size)
+        self.objective = OneLIPLoss(
+            config.trim_alpha, config.trim_top_k, config.trim_rank,
+            (config.coarse_weight, config.token_weight, config.contrastive_weight),
+            (config.coarse_weight_after, config.token_weight_after, config.contrastive_weight_after),
+            config.weight_switch_step, config.token_distillation,
+        )
+        self.post_init()
+        if config.token_distillation == "pooled":  # no gradient would reach them: keep them out of the optimizer
+            self.trim_refine.requires_grad_(False)
+
+    @classmethod
+    def from_clip(
+        cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, max_length: int = ONELIP_TEXT_POSITIONS,
+        **config_kwargs,
+    ) -> "OneLIPModel":
+        """A OneLIP initialised from a CLIP (Hub id, local directory or in-memory `CLIPModel`): every weight copied
+        but the text position table, which RoPE replaces; T_f is CLIP's text length, T_g = `max_length`;
+        `config_kwargs` set OneLIP's options (`trim_top_k`, ...). TRIM-Refine's queries start from their init."""
+        if not isinstance(clip, CLIPModel):
+            clip = CLIPModel.from_pretrained(clip)
+        state = {k: v for k, v in clip.state_dict().items() if k != _POSITION_TABLE}
+        state["logit_scale"] = state["logit_scale"].reshape(1)
+        text_config = clip.config.text_config.to_dict()
+        base_length = clip.config.text_config.max_position_embeddings
+        text_config.update(max_position_embeddings=max_length, base_length=base_length)
+        config = OneLIPConfig(
+            text_config=text_config,
+            vision_config=clip.config.vision_config.to_dict(),
+            projection_dim=clip.config.projection_dim,
+            logit_scale_init_value=clip.config.logit_scale_init_value,
+            **config_kwargs,
+        )
+        model = cls(config)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [name for name in missing if not name.startswith("trim_refine.")]
+        unexpected = [name for name in unexpected if not name.endswith("position_ids")]
+        if missing or unexpected:
+            raise ValueError(f"CLIP checkpoint does not match: missing {missing}, unexpected {unexpected}")
+        return model.to(clip.dtype)
+
+    def diffusion_text_encoder(self) -> OneLIPTextModel:
+        """The long text encoder alone (weights copied, eval mode), as `hf_longclip.diffusion` takes it for a
+        diffusers pipeline's `text_encoder` (Sec. 4.4): `encoder(input_ids)[0]` is its per-token last hidden state.
+
+        A saved pipeline records this class under this module's path, and diffusers 0.42 reloads it only if the
+        module has a `PreTrainedModel` attribute (it looks up its loading methods there): hence the re-export at
+        the top of this file."""
+        return copy.deepcopy(self.text_model).eval()
+
+    @can_return_tuple
+    def get_text_features(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None, **kwargs,
+    ) -> BaseModelOutputWithPooling:
+        """The long encoder's outputs; `pooler_output` is the projected end-of-text embedding (no image involved)."""
+        outputs = self.text_model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, return_dict=True, **kwargs
+        )
+        outputs.pooler_output = self.text_projection(outputs.pooler_output)
+        return outputs
+
+    @can_return_tuple
+    def get_image_features(
+        self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False, **kwargs
+    ) -> BaseModelOutputWithPooling:
+        """CLIP's vision outputs; `pooler_output` is the projected [CLS] embedding."""
+        outputs = self.vision_model(
+            pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs
+        )
+        outputs.pooler_output = self.visual_projection(outputs.pooler_output)
+        return outputs
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        return_loss: bool | None = None,
+        interpolate_pos_encoding: bool = False,
+        teacher_hidden_states: torch.Tensor | None = None,
+        training_step: int = 0,
+        **kwargs,
+    ) -> DualEncoderOutput:
+        r"""
+        teacher_hidden_states (`torch.FloatTensor` of shape `(batch, min(tokens, base_length), hidden)`, *optional*):
+            The frozen base encoder's last hidden states on each text's first `base_length` tokens; needed for the
+            loss (Eq. 3, 7). `OneLIPTask` computes them.
+        training_step (`int`, defaults to 0):
+            Optimizer steps done so far, which selects the loss weights of Eq. 10 (Sec. 4.1's schedule).
+        """
+        if input_ids.shape[0] == 0 or pixel_values.shape[0] == 0:
+            raise ValueError("the batch is empty: pass at least one text and one image (a non-empty batch)")
+        vision_outputs = self.get_image_features(
+            pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs
+        )
+        text_outputs = self.get_text_features(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, return_dict=True, **kwargs
+        )
+        image_embeds = F.normalize(vision_outputs.pooler_output, dim=-1)
+        text_embeds = F.normalize(text_outputs.pooler_output, dim=-1)
+        logit_scale = self.logit_scale.exp()
+        logits_per_text = logit_scale * text_embeds @ image_embeds.T
+        loss = loss_terms = None
+        if return_loss:
+            if teacher_hidden_states is None:
+                raise ValueError(
+                    "OneLIP's loss (Eq. 10) distils from the frozen base encoder: pass teacher_hidden_states, its "
+                    "last hidden states on the first base_length tokens (hf_longclip.training.task.OneLIPTask does)"
+                )
+            states = text_outputs.last_hidden_state
+            with torch.no_grad():
+                token_embeds = self.text_projection(states)  # A(i) of Eq. 5 in the joint space
+            loss_terms = self.objective(
+                image_embeds, text_embeds, logit_scale, states, token_embeds,
+                text_token_mask(input_ids, attention_mask, self.config.text_config.eos_token_id),
+                teacher_hidden_states, self.trim_refine, training_step,
+            )
+            loss = sum_of_terms(loss_terms)
+        return DualEncoderOutput(
+            loss=loss,
+            loss_terms=loss_terms,
+            logits_per_image=logits_per_text.T,
+            logits_per_text=logits_per_text,
+            text_embeds=text_embeds,
+            image_embeds=image_embeds,
+            text_model_output=text_outputs,
+            vision_model_output=vision_outputs,
+        )
+
+
+__all__ = ["OneLIPModel", "OneLIPTextModel"]
