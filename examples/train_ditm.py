@@ -3,6 +3,7 @@ hierarchy on the synthetic scenes.
 
     accelerate launch examples/train_ditm.py                          # small models on CPU (base CLIP first)
     accelerate launch examples/train_ditm.py --backbone himo_clip     # the same objectives on HiMo-CLIP's backbone
+    accelerate launch examples/train_ditm.py --backbone onelip        # ... or on OneLIP's (RoPE text encoder)
     accelerate launch examples/train_ditm.py --init_from_clip openai/clip-vit-base-patch16 \
         --lr_multipliers "vision_model=0.01,text_model=0.1" --layer_decay 0.7 --num_train_epochs 25   # Sec. IV-C.2
 
@@ -30,7 +31,7 @@ from pathlib import Path
 import torch
 from accelerate.utils import DistributedType, set_seed
 
-from hf_longclip import DITMModel, DITMProcessor, HiMoCLIPModel, HiMoCLIPProcessor
+from hf_longclip import DITMModel, DITMProcessor, HiMoCLIPModel, HiMoCLIPProcessor, OneLIPModel, OneLIPProcessor
 from hf_longclip.data.collate import MultiCaptionCollator
 from hf_longclip.data.descriptiveness import (
     DescriptivenessScorer,
@@ -58,7 +59,8 @@ VARIANTS = {  # name: (fixed VSE++ margin, ordering weight or None for the confi
     "adaptive": (False, 0.0),
     "adaptive+order": (False, None),
 }
-BACKBONES = {"ditm": (DITMModel, DITMProcessor), "himo_clip": (HiMoCLIPModel, HiMoCLIPProcessor)}
+BACKBONES = {"ditm": (DITMModel, DITMProcessor), "himo_clip": (HiMoCLIPModel, HiMoCLIPProcessor),
+             "onelip": (OneLIPModel, OneLIPProcessor)}
 TEXT_POSITIONS = 248  # the synthetic captions run past 77 tokens
 MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "ditm.md"
 METRICS = ("i2t_r1", "t2i_r1", "rsum", "precision", "recall", "d_corr", "d_corr_image")
@@ -108,8 +110,11 @@ def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: in
     options = dict(margin_scale=args.margin_scale, order_weight=order_weight) if args.backbone == "ditm" else {}
     set_seed(seed)  # identical initialisation of the new weights (GPO) for every variant
     clip = load_clip(base)
-    stretch = clip.config.text_config.max_position_embeddings < TEXT_POSITIONS  # a 77-token CLIP: Long-CLIP's
-    model = model_class.from_clip(clip, stretch_positions=stretch, **options)
+    if args.backbone == "onelip":  # its RoPE text encoder replaces the position table: any length
+        model = OneLIPModel.from_clip(clip, max_length=TEXT_POSITIONS)
+    else:
+        stretch = clip.config.text_config.max_position_embeddings < TEXT_POSITIONS  # a 77-token CLIP: Long-CLIP's
+        model = model_class.from_clip(clip, stretch_positions=stretch, **options)
     tokenizer, image_processor = parts
     processor = processor_class(image_processor=image_processor, tokenizer=tokenizer, max_length=TEXT_POSITIONS)
     collator = MultiCaptionCollator(

@@ -62,6 +62,16 @@ def test_table_iv_miniature_and_levels_plot(datasets_cache, tmp_path):
         assert (tmp_path / png).stat().st_size > 10_000
 
 
+@pytest.mark.parametrize("backbone, model_class", [("himo_clip", "HiMoCLIPModel"), ("onelip", "OneLIPModel")])
+def test_ditm_objective_trains_other_backbones(backbone, model_class, datasets_cache, tmp_path):
+    run(launch(tmp_path, ["--num_processes", "1"], "--backbone", backbone, "--variants", "adaptive+order",
+               "--max_steps", "2", "--ditm_warmup_epochs", "0.125", "--per_device_train_batch_size", str(GLOBAL_BATCH)),
+        script_env(datasets_cache), tmp_path)
+    assert {"triplet_loss", "order_loss"} <= set(history(tmp_path)[0])
+    model = AutoModel.from_pretrained(tmp_path / "adaptive+order", trust_remote_code=True)
+    assert type(model).__name__ == model_class
+
+
 @pytest.fixture(scope="module")
 def single_process(tmp_path_factory, datasets_cache):
     """The one-process reference on the global batch, per warm-up length (in epochs), run once each."""
