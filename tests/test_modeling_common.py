@@ -51,6 +51,14 @@ except CommonTestsUnavailable as error:
         return mask
 
 
+def seed_test_inputs(seed: int = 0) -> None:
+    """Make a test's random config and inputs independent of the tests that ran before it (transformers' helpers
+    draw from their module's own `global_rng`, which otherwise carries over from test to test)."""
+    torch.manual_seed(seed)
+    if UNAVAILABLE is None:
+        modeling_common.global_rng.seed(seed)
+
+
 class DualEncoderTextModelTester:
     def __init__(
         self,
@@ -267,6 +275,7 @@ class DualEncoderCommonTests(ModelTesterMixin):
     extra_inputs = None
 
     def setUp(self):
+        seed_test_inputs()
         extra_inputs = type(self).extra_inputs
         self.model_tester = DualEncoderModelTester(self, self.config_class, self.all_model_classes[0],
                                                    self.config_kwargs, extra_inputs)
@@ -354,6 +363,7 @@ class DualEncoderUsageTests:
     config_kwargs = {}
 
     def setUp(self):
+        seed_test_inputs()
         tester = DualEncoderModelTester(self, self.config_class, self.model_class, self.config_kwargs,
                                         text_kwargs=dict(batch_size=3), vision_kwargs=dict(batch_size=3))
         config, self.inputs = tester.prepare_config_and_inputs_for_common()
