@@ -1,22 +1,15 @@
 """What the models built on transformers' `CLIPModel` share (HiMo-CLIP, DITM): construction from a CLIP checkpoint,
-the end-of-text check (`end_of_text_positions`), a shape-(1,) logit scale, the text tower for diffusers, and the
-joint forward pass up to the L2-normalised embeddings. Each model adds its own objective (and, for DITM, its image
-pooling)."""
+the end-of-text check (`end_of_text_positions`), a shape-(1,) logit scale and the text tower for diffusers (the
+joint forward pass is `DualEncoderMixin`'s). Each model adds its own objective (and, for DITM, its image pooling)."""
 
 import copy
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import CLIPModel, CLIPTextModel
 from transformers import initialization as init
 
-from hf_longclip.modeling_common.dual_encoder import (
-    DualEncoderMixin,
-    DualEncoderOutput,
-    end_of_text_positions,
-    sum_of_terms,
-)
+from hf_longclip.modeling_common.dual_encoder import DualEncoderMixin, end_of_text_positions
 from hf_longclip.modeling_common.positions import stretch_position_embeddings
 
 
@@ -86,30 +79,3 @@ class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
     def get_text_features(self, input_ids: torch.Tensor, *args, **kwargs):
         end_of_text_positions(input_ids, self.config.text_config.eos_token_id)  # the check: CLIP pools there
         return super().get_text_features(input_ids, *args, **kwargs)
-
-    def encode_pair(self, input_ids, pixel_values, attention_mask=None, position_ids=None,
-                    interpolate_pos_encoding: bool = False, **kwargs):
-        """Both towers: (vision outputs, text outputs, L2-normalised image embeds, L2-normalised text embeds)."""
-        vision_outputs = self.get_image_features(
-            pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs
-        )
-        text_outputs = self.get_text_features(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, return_dict=True, **kwargs
-        )
-        image_embeds = F.normalize(vision_outputs.pooler_output, dim=-1)
-        text_embeds = F.normalize(text_outputs.pooler_output, dim=-1)
-        return vision_outputs, text_outputs, image_embeds, text_embeds
-
-    def pair_output(self, vision_outputs, text_outputs, image_embeds, text_embeds, loss_terms=None):
-        """CLIP's logits (cosine similarity times the logit scale) and every output, with the loss when given."""
-        logits_per_text = self.logit_scale.exp() * text_embeds @ image_embeds.T
-        return DualEncoderOutput(
-            loss=None if loss_terms is None else sum_of_terms(loss_terms),
-            loss_terms=loss_terms,
-            logits_per_image=logits_per_text.T,
-            logits_per_text=logits_per_text,
-            text_embeds=text_embeds,
-            image_embeds=image_embeds,
-            text_model_output=text_outputs,
-            vision_model_output=vision_outputs,
-        )

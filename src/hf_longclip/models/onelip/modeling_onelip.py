@@ -11,7 +11,6 @@ which `hf_longclip.training.task.OneLIPTask` computes: the teacher is training s
 import copy
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import CLIPModel, CLIPVisionModel
 from transformers import PreTrainedModel as PreTrainedModel  # noqa: PLC0414 (see diffusion_text_encoder)
@@ -32,7 +31,6 @@ from hf_longclip.modeling_common.dual_encoder import (
     DualEncoderMixin,
     DualEncoderOutput,
     end_of_text_positions,
-    sum_of_terms,
 )
 from hf_longclip.modeling_common.positions import RotaryEmbedding, apply_rotary, ntk_inverse_frequencies
 from hf_longclip.objectives.onelip import OneLIPLoss, TRIMRefine
@@ -311,17 +309,10 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
         """
         if input_ids.shape[0] == 0 or pixel_values.shape[0] == 0:
             raise ValueError("the batch is empty: pass at least one text and one image (a non-empty batch)")
-        vision_outputs = self.get_image_features(
-            pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs
+        vision_outputs, text_outputs, image_embeds, text_embeds = self.encode_pair(
+            input_ids, pixel_values, attention_mask, position_ids, interpolate_pos_encoding, **kwargs
         )
-        text_outputs = self.get_text_features(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, return_dict=True, **kwargs
-        )
-        image_embeds = F.normalize(vision_outputs.pooler_output, dim=-1)
-        text_embeds = F.normalize(text_outputs.pooler_output, dim=-1)
-        logit_scale = self.logit_scale.exp()
-        logits_per_text = logit_scale * text_embeds @ image_embeds.T
-        loss = loss_terms = None
+        loss_terms = None
         if return_loss:
             if teacher_hidden_states is None:
                 raise ValueError(
@@ -332,21 +323,11 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
             with torch.no_grad():
                 token_embeds = self.text_projection(states)  # A(i) of Eq. 5 in the joint space
             loss_terms = self.objective(
-                image_embeds, text_embeds, logit_scale, states, token_embeds,
+                image_embeds, text_embeds, self.logit_scale.exp(), states, token_embeds,
                 text_token_mask(input_ids, attention_mask, self.config.text_config.eos_token_id),
                 teacher_hidden_states, self.trim_refine, training_step,
             )
-            loss = sum_of_terms(loss_terms)
-        return DualEncoderOutput(
-            loss=loss,
-            loss_terms=loss_terms,
-            logits_per_image=logits_per_text.T,
-            logits_per_text=logits_per_text,
-            text_embeds=text_embeds,
-            image_embeds=image_embeds,
-            text_model_output=text_outputs,
-            vision_model_output=vision_outputs,
-        )
+        return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, loss_terms)
 
 
 __all__ = ["OneLIPModel", "OneLIPTextModel"]
