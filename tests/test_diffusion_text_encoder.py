@@ -50,12 +50,17 @@ def himo():
     return tiny_himo(seed=1)
 
 
-@pytest.fixture(scope="module")
-def long_pipe(himo) -> StableDiffusionPipeline:
-    text_encoder, max_length = text_encoder_for_diffusion(himo)
+def long_prompt_pipeline(model) -> StableDiffusionPipeline:
+    """The tiny pipeline with `model`'s text tower and a tokenizer that keeps as many tokens as the tower takes."""
+    text_encoder, max_length = text_encoder_for_diffusion(model)
     tokenizer = char_clip_tokenizer()
     tokenizer.model_max_length = max_length
     return tiny_pipeline(text_encoder, tokenizer)
+
+
+@pytest.fixture(scope="module")
+def long_pipe(himo) -> StableDiffusionPipeline:
+    return long_prompt_pipeline(himo)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import CAPTIONS, random_images, tiny_clip, tiny_himo, tiny_processor, tiny_sub_configs
-from test_remote_code import _load_in_fresh_process
+from test_remote_code import FRESH_PROCESS_PRELUDE, _load_in_fresh_process
 
 from hf_longclip import DITMConfig, DITMModel, DITMProcessor
 from hf_longclip.data.collate import MultiCaptionCollator
@@ -19,17 +19,7 @@ from hf_longclip.training.task import DITMTask
 
 REPO = Path(__file__).resolve().parents[1]
 
-FRESH_PROCESS_DITM = """
-import sys
-sys.modules["hf_longclip"] = None  # the library is not importable: only the checkpoint's own code may run
-import torch
-from PIL import Image
-from transformers import AutoModel, AutoProcessor
-checkpoint, captions, output = sys.argv[1], sys.argv[2].split("|"), sys.argv[3]
-model = AutoModel.from_pretrained(checkpoint, trust_remote_code=True).eval()
-processor = AutoProcessor.from_pretrained(checkpoint, trust_remote_code=True)
-images = [Image.open(f"{checkpoint}/image{i}.png") for i in range(len(captions))]
-inputs = processor(text=captions, images=images)
+FRESH_PROCESS_DITM = FRESH_PROCESS_PRELUDE + """
 with torch.no_grad():
     out = model(**inputs, descriptiveness=torch.linspace(0, 1, len(captions)), return_loss=True)
 torch.save({"text": out.text_embeds, "image": out.image_embeds, "loss": out.loss,

@@ -262,13 +262,15 @@ class DualEncoderModelTester:
 class DualEncoderCommonTests(ModelTesterMixin):
     """transformers' common model tests for one dual-encoder model. A subclass (also a `unittest.TestCase`) sets
     `all_model_classes = (Model,)`, `config_class`, `loss_terms` (the names `forward(return_loss=True)` returns),
-    `config_overrides` (the model's own options, checked to round-trip by `ConfigTester`) and, where its training
-    forward needs more than CLIP's inputs, `config_kwargs` and `extra_inputs`."""
+    `config_overrides` (the model's own options, checked to round-trip by `ConfigTester`), `text_config_class` where
+    its text configuration is not CLIP's and, where its training forward needs more than CLIP's inputs,
+    `config_kwargs` and `extra_inputs`."""
 
     additional_model_inputs = ["pixel_values"]
     test_resize_embeddings = False
     _is_composite = True
     config_class = None
+    text_config_class = CLIPTextConfig
     loss_terms = ()
     config_overrides = {}
     config_kwargs = {}
@@ -336,12 +338,12 @@ class DualEncoderCommonTests(ModelTesterMixin):
 
     def test_load_vision_text_config(self):
         config, _ = self.model_tester.prepare_config_and_inputs_for_common()
-        # Save HiMoCLIPConfig and check that CLIPVisionConfig and CLIPTextConfig load from it
+        # Save the model's config and check that CLIPVisionConfig and its text config class load from it
         with tempfile.TemporaryDirectory() as tmp_dir_name:
             config.save_pretrained(tmp_dir_name)
             vision_config = CLIPVisionConfig.from_pretrained(tmp_dir_name)
             self.assertDictEqual(config.vision_config.to_dict(), vision_config.to_dict())
-            text_config = CLIPTextConfig.from_pretrained(tmp_dir_name)
+            text_config = self.text_config_class.from_pretrained(tmp_dir_name)
             self.assertDictEqual(config.text_config.to_dict(), text_config.to_dict())
 
 

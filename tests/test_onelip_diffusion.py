@@ -4,7 +4,7 @@ the conditioning; the pipeline saves and reloads with it."""
 
 import pytest
 import torch
-from conftest import char_clip_tokenizer, tiny_clip
+from conftest import tiny_clip
 from test_diffusion_text_encoder import (
     CLIP_POSITIONS,
     FIRST_DIFFERENCE,
@@ -12,8 +12,8 @@ from test_diffusion_text_encoder import (
     PROMPT,
     WIDTH,
     generate,
+    long_prompt_pipeline,
     prompt_embeds,
-    tiny_pipeline,
 )
 from test_onelip_training import _processor
 
@@ -35,10 +35,7 @@ def onelip():
 
 @pytest.fixture(scope="module")
 def pipe(onelip) -> StableDiffusionPipeline:
-    text_encoder, max_length = text_encoder_for_diffusion(onelip)
-    tokenizer = char_clip_tokenizer()
-    tokenizer.model_max_length = max_length
-    return tiny_pipeline(text_encoder, tokenizer)
+    return long_prompt_pipeline(onelip)
 
 
 def test_the_hook_returns_the_rope_tower_copied(onelip):

@@ -1,12 +1,10 @@
 """transformers' common model tests and the usage tests (tests/test_modeling_common.py) for `OneLIPModel`, whose
 training forward also takes the frozen base encoder's token states."""
 
-import tempfile
 import unittest
 
 import torch
 from test_modeling_common import UNAVAILABLE, DualEncoderCommonTests, DualEncoderUsageTests
-from transformers import CLIPVisionConfig
 from transformers.testing_utils import require_torch, torch_device
 
 from hf_longclip import OneLIPConfig, OneLIPModel
@@ -30,16 +28,7 @@ class OneLIPModelTest(DualEncoderCommonTests, unittest.TestCase):
     loss_terms = ("coarse_loss", "token_loss", "contrastive_loss")
     config_overrides = dict(trim_alpha=0.3, trim_top_k=5, trim_rank=2, token_weight=0.4, weight_switch_step=10)
     extra_inputs = staticmethod(teacher_inputs)
-
-    def test_load_vision_text_config(self):
-        """As the mixin's, with OneLIP's own text configuration (RoPE, no position table) in place of CLIP's."""
-        config, _ = self.model_tester.prepare_config_and_inputs_for_common()
-        with tempfile.TemporaryDirectory() as tmp_dir_name:
-            config.save_pretrained(tmp_dir_name)
-            vision_config = CLIPVisionConfig.from_pretrained(tmp_dir_name)
-            self.assertDictEqual(config.vision_config.to_dict(), vision_config.to_dict())
-            text_config = OneLIPTextConfig.from_pretrained(tmp_dir_name)
-            self.assertDictEqual(config.text_config.to_dict(), text_config.to_dict())
+    text_config_class = OneLIPTextConfig  # RoPE, no position table
 
 
 class OneLIPUsageTest(DualEncoderUsageTests, unittest.TestCase):

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from conftest import CAPTIONS, random_images, tiny_clip, tiny_processor
 from safetensors.torch import load_file
-from test_remote_code import _load_in_fresh_process
+from test_remote_code import FRESH_PROCESS_PRELUDE, _load_in_fresh_process
 
 from hf_longclip import OneLIPModel, OneLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
@@ -101,17 +101,8 @@ def test_lora_trains_adapters_only_and_merges(accelerator, tmp_path):
     assert not torch.equal(merged.trim_refine.queries, before["trim_refine.queries"])
 
 
-FRESH_PROCESS_ONELIP = """
-import sys
-sys.modules["hf_longclip"] = None  # the library is not importable: only the checkpoint's own code may run
-import torch
-from PIL import Image
-from transformers import AutoModel, AutoProcessor, pipeline
-checkpoint, captions, output = sys.argv[1], sys.argv[2].split("|"), sys.argv[3]
-model = AutoModel.from_pretrained(checkpoint, trust_remote_code=True).eval()
-processor = AutoProcessor.from_pretrained(checkpoint, trust_remote_code=True)
-images = [Image.open(f"{checkpoint}/image{i}.png") for i in range(len(captions))]
-inputs = processor(text=captions, images=images)
+FRESH_PROCESS_ONELIP = FRESH_PROCESS_PRELUDE + """
+from transformers import pipeline
 with torch.no_grad():
     out = model(**inputs)
     text = model.get_text_features(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])

@@ -20,17 +20,22 @@ from hf_longclip.export import model_bundle
 
 REPO = Path(__file__).resolve().parents[1]
 
-FRESH_PROCESS_LOAD = """
+# What every fresh-process check starts with: the checkpoint's own code loaded by AutoModel / AutoProcessor, and the
+# processor's inputs for the captions and the images saved beside the checkpoint. Each check appends its own lines.
+FRESH_PROCESS_PRELUDE = """
 import sys
 sys.modules["hf_longclip"] = None  # the library is not importable: only the checkpoint's own code may run
 import torch
+from PIL import Image
 from transformers import AutoModel, AutoProcessor
 checkpoint, captions, output = sys.argv[1], sys.argv[2].split("|"), sys.argv[3]
 model = AutoModel.from_pretrained(checkpoint, trust_remote_code=True).eval()
 processor = AutoProcessor.from_pretrained(checkpoint, trust_remote_code=True)
-from PIL import Image
 images = [Image.open(f"{checkpoint}/image{i}.png") for i in range(len(captions))]
 inputs = processor(text=captions, images=images)
+"""
+
+FRESH_PROCESS_LOAD = FRESH_PROCESS_PRELUDE + """
 with torch.no_grad():
     out = model(**inputs, return_loss=True)
 model.save_pretrained(output + ".resaved")  # the remote code saves itself again, unchanged
