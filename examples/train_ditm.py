@@ -38,7 +38,7 @@ from hf_longclip.data.descriptiveness import (
     add_descriptiveness_column,
 )
 from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.evaluation import encode_images, encode_texts, evaluate_dataset
+from hf_longclip.evaluation import encode_images, encode_texts, hierarcaps_task, retrieval_task
 from hf_longclip.models.ditm import DITM_CARD
 from hf_longclip.objectives import DITMLoss
 from hf_longclip.plots import coverage, plot_levels
@@ -127,13 +127,20 @@ def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: in
 def evaluate(model, processor, test, batch_size: int) -> dict:
     """Retrieval over the 3 full captions of each test scene (R@1, RSUM), HierarCaps P / R / d_corr over its 4
     levels, and the mean image-text distance per level (Fig. 8(c))."""
-    report = evaluate_dataset(model, processor, test, tasks=("retrieval", "hierarcaps"), batch_size=batch_size,
-                              progress=False)
-    image_embeds = encode_images(model, processor, test["image"], batch_size)
+    model.eval()
+    encoded = {}
+
+    def encode(texts):  # the HierarCaps task and the distances below need the same level texts: encoded once
+        if tuple(texts) not in encoded:
+            encoded[tuple(texts)] = encode_texts(model, processor, texts, batch_size)
+        return encoded[tuple(texts)]
+
+    image_embeds = encode_images(model, processor, test["image"], batch_size)  # once, for all three
+    retrieval = retrieval_task(test, encode, image_embeds)
+    hierarchy = hierarcaps_task(test, encode, image_embeds)
     levels = test["levels"]
-    text_embeds = encode_texts(model, processor, [text for chain in levels for text in chain], batch_size)
+    text_embeds = encode([text for chain in levels for text in chain])
     distances = (text_embeds.reshape(len(levels), len(levels[0]), -1) - image_embeds[:, None]).norm(dim=-1)
-    retrieval, hierarchy = report["retrieval"], report["hierarcaps"]
     return {**{key: retrieval[key] for key in ("i2t_r1", "t2i_r1", "rsum")},
             **{key: hierarchy[key] for key in ("precision", "recall", "d_corr", "d_corr_image")},
             "distance_by_level": distances.mean(dim=0).tolist(), "num_images": len(test)}

@@ -146,8 +146,9 @@ class DITMTask(Task):
 
     def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
         warming_up = self.warming_up
-        for param in self._vision_parameters:
-            param.requires_grad_(not warming_up)
+        if self._vision_parameters and self._vision_parameters[0].requires_grad == warming_up:  # at a switch only
+            for param in self._vision_parameters:
+                param.requires_grad_(not warming_up)
         self.objective.hardest_negatives = not warming_up
         outputs = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
                         pixel_values=batch["pixel_values"])
