@@ -13,6 +13,14 @@ each variant starts from that base and is trained identically (same data order, 
   onelip         OneLIP: RoPE/NTK encoder, L_coarse + TRIM token-wise distillation + contrastive (Eq. 10)
   clip-77-ft, clip-128, onelip-77, onelip-128: the same at other maximum training lengths, for Fig. 3 (the CLIP
                  rows keep 77 positions at 77 and use the stretched 248-position table truncated at 128)
+Then Table 4's hard-negative rows, each trained for `--table4_epochs` passes over the first `--table4_train`
+training scenes (PO-HNM's refresh needs samples to come back), again from the same base and identically:
+  table4-trim        OneLIP (TRIM), no hard negatives
+  table4-hnm         + offline HNM: M queued negatives per sample, mined once by the base model
+  table4-pohnm-half  + PO-HNM with M/2 negatives, refreshed by Eq. 9 every --hnm_update_steps
+  table4-pohnm       + PO-HNM with M negatives
+The negative bank (the base's embeddings of the training captions) is built once under
+`<output_dir>/negative_bank/` (or `--negative_bank`) and reused by later runs on the same data and base.
 The frozen base text encoder is OneLIP's teacher (held by `OneLIPTask`, never saved). Evaluation: R@1 both ways on
 the test scenes' long captions, on their first sentence (short) and within the hard-negative pairs whose captions
 differ only after token 77 (chance 50; `hf_longclip.evaluation.evaluate_text_lengths`).
@@ -23,10 +31,12 @@ adapted variants, with `model_cards/onelip.md`) as in train_himo.py.
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 from accelerate.utils import set_seed
+from datasets import DatasetDict
 
 from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor, OneLIPModel, OneLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
@@ -34,6 +44,7 @@ from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.evaluation import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.models.onelip import ONELIP_CARD
 from hf_longclip.plots import plot_recall_by_length
+from hf_longclip.training.hard_negatives import HardNegativeQueues
 from hf_longclip.training.loop import LoopArguments, whole_model_init
 from hf_longclip.training.recipe import (
     BackboneArguments,
@@ -44,6 +55,7 @@ from hf_longclip.training.recipe import (
     train_base_clip,
     train_variants,
 )
+from hf_longclip.training.negative_bank import NegativeBank, default_bank_directory
 from hf_longclip.training.task import ContrastiveTask, OneLIPTask
 
 BASE = "clip-77"
@@ -57,6 +69,12 @@ VARIANTS = {  # name: (method, maximum training length); "clip": Long-CLIP stret
     "onelip-77": ("trim", 77),
     "onelip-128": ("trim", 128),
 }
+TABLE4 = {  # Table 4's rows: name -> (queue size as a fraction of --hnm_queue_size M, refreshed online)
+    "table4-trim": (0.0, False),
+    "table4-hnm": (1.0, False),
+    "table4-pohnm-half": (0.5, True),
+    "table4-pohnm": (1.0, True),
+}
 FIG3_LINES = {"clip": "fine-tuned CLIP (Long-CLIP stretching)", "trim": "OneLIP"}
 MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "onelip.md"
 METRICS = ("r1_i2t", "r1_t2i", "short_r1_i2t", "short_r1_t2i", "hard_r1_i2t", "hard_r1_t2i")
@@ -67,7 +85,8 @@ BACKBONE_DEFAULTS = dict(hidden_size=64)
 
 @dataclass
 class ScriptArguments:
-    variants: str = field(default=",".join(VARIANTS), metadata={"help": f"comma list of {list(VARIANTS)}"})
+    variants: str = field(default=",".join([*VARIANTS, *TABLE4]),
+                          metadata={"help": f"comma list of {[*VARIANTS, *TABLE4]}"})
     base_checkpoint: str | None = field(default=None, metadata={
         "help": "77-token CLIPModel directory or Hub id to adapt (also the teacher); None: train one from scratch "
                 "(same as --init_from_clip)"})
@@ -79,6 +98,17 @@ class ScriptArguments:
     trim_top_k: int = field(default=100, metadata={"help": "K of TRIM-Select (Eq. 5)"})
     trim_rank: int = field(default=8, metadata={"help": "r of TRIM-Select's structural importance (Eq. 4)"})
     trim_alpha: float = field(default=0.5, metadata={"help": "alpha of S(i) (Eq. 5)"})
+    hnm_queue_size: int = field(default=16, metadata={
+        "help": "M, hard negatives queued per sample (Sec. 4.1: 1024 of 1.2M captions)"})
+    hnm_update_steps: int = field(default=8, metadata={
+        "help": "T_update: optimizer steps before a sample's queue is re-scored (Sec. 4.1: 2000, 0.4 epochs)"})
+    hnm_beta: float = field(default=0.6, metadata={"help": "beta of the difficulty d (Eq. 8)"})
+    hnm_theta: float = field(default=0.4, metadata={"help": "theta of Eq. 9: negatives with d <= theta are easy"})
+    hnm_delta: float = field(default=0.05, metadata={"help": "delta of Eq. 9: |d - d_prev| < delta is stagnant"})
+    negative_bank: str | None = field(default=None, metadata={
+        "help": "directory of the negative bank; default <output_dir>/negative_bank/<data fingerprint>-<base>"})
+    table4_train: int = field(default=1000, metadata={"help": "training scenes of the Table 4 rows"})
+    table4_epochs: int = field(default=4, metadata={"help": "passes over them of each Table 4 row"})
     dataset_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (images and captions)"})
     num_train: int = field(default=4000, metadata={"help": "synthetic training scenes"})
     num_test: int = field(default=512, metadata={"help": "synthetic test scenes, for the final evaluation"})
@@ -96,9 +126,11 @@ def optimizer_steps(loop_args: LoopArguments, num_samples: int, num_processes: i
     return math.ceil(loop_args.num_train_epochs * math.ceil(batches / loop_args.gradient_accumulation_steps))
 
 
-def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: int, switch_step: int):
-    """(task, processor) of `variant`, adapted from the base CLIP at `base`."""
-    method, length = VARIANTS[variant]
+def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: int, switch_step: int,
+          bank: NegativeBank | None = None, output_dir: str = ""):
+    """(task, processor) of `variant`, adapted from the base CLIP at `base`; Table 4's rows queue hard negatives
+    from `bank`, their live queues under `output_dir`/hard_negatives/."""
+    method, length = VARIANTS.get(variant, ("trim", 248))
     tokenizer, image_processor = parts
     set_seed(seed)  # identical initialisation of every new weight (TRIM-Refine's queries) for every variant
     clip = load_clip(base)
@@ -110,7 +142,40 @@ def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: in
                                   trim_rank=args.trim_rank, trim_alpha=args.trim_alpha,
                                   weight_switch_step=switch_step)
     processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
-    return OneLIPTask(model, ImageTextCollator(processor), teacher=clip), processor
+    fraction, online = TABLE4.get(variant, (0.0, False))
+    if not fraction:
+        return OneLIPTask(model, ImageTextCollator(processor), teacher=clip), processor
+    queues = HardNegativeQueues(bank, Path(output_dir) / "hard_negatives" / variant,
+                                queue_size=max(1, round(fraction * args.hnm_queue_size)),
+                                update_steps=args.hnm_update_steps, beta=args.hnm_beta, theta=args.hnm_theta,
+                                delta=args.hnm_delta, online=online)
+    collate = ImageTextCollator(processor, index_column="sample_index")
+    return OneLIPTask(model, collate, teacher=clip, hard_negatives=queues), processor
+
+
+def train_table4(accelerator, args: ScriptArguments, variants: list[str], base: str, parts: tuple, dataset,
+                 loop_args: LoopArguments, lora_args, evaluate) -> tuple[dict, dict]:
+    """Table 4's rows: `args.table4_epochs` passes over the first `args.table4_train` training scenes (their
+    dataset indices in a `sample_index` column, PO-HNM's queue rows), the negative bank built or reused first."""
+    count = min(args.table4_train, len(dataset["train"]))
+    train = dataset["train"].select(range(count))
+    data = DatasetDict(train=train.add_column("sample_index", np.arange(count)), validation=dataset["validation"])
+    table4_args = replace(loop_args, max_steps=-1, num_train_epochs=args.table4_epochs)
+    switch_step = round(args.weight_switch_fraction * optimizer_steps(table4_args, count, accelerator.num_processes))
+    bank = None
+    if any(TABLE4[variant][0] for variant in variants):
+        with whole_model_init(accelerator):
+            base_clip = load_clip(base)
+        directory = args.negative_bank or default_bank_directory(
+            Path(loop_args.output_dir) / "negative_bank", data["train"], base_clip)
+        processor = HiMoCLIPProcessor(image_processor=parts[1], tokenizer=parts[0], max_length=BASE_LENGTH)
+        bank = NegativeBank.build_or_load(directory, data["train"], base_clip, processor, accelerator,
+                                          batch_size=loop_args.per_device_eval_batch_size)
+    return train_variants(
+        accelerator, variants,
+        lambda variant: build(args, base, parts, variant, loop_args.seed, switch_step, bank, loop_args.output_dir),
+        evaluate, data, table4_args, lora_args,
+    )
 
 
 def plot_figure_3(results: dict, path: Path) -> None:
@@ -134,7 +199,7 @@ def plot_figure_3(results: dict, path: Path) -> None:
 def main() -> None:
     script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
         "train_onelip", ScriptArguments, {**LOOP_DEFAULTS, **BACKBONE_DEFAULTS})
-    variants = parse_variants(script_args.variants, VARIANTS)
+    variants = parse_variants(script_args.variants, [*VARIANTS, *TABLE4])
     with accelerator.main_process_first():
         dataset = load_synthetic_scenes(seed=script_args.dataset_seed, num_train=script_args.num_train,
                                         num_test=script_args.num_test, image_size=backbone.image_size)
@@ -158,13 +223,21 @@ def main() -> None:
     # phase 2: every variant adapted from the base in one stage
     total = optimizer_steps(loop_args, len(dataset["train"]), accelerator.num_processes)
     switch_step = round(script_args.weight_switch_fraction * total)
-    adapted, adapted_histories = train_variants(
-        accelerator, variants, lambda variant: build(script_args, base, parts, variant, loop_args.seed, switch_step),
-        lambda model, processor: evaluate_text_lengths(model, processor, test, pairs, batch_size),
-        dataset, loop_args, lora_args,
-    )
-    results.update(adapted)
-    histories.update(adapted_histories)
+    def evaluate(model, processor):
+        return evaluate_text_lengths(model, processor, test, pairs, batch_size)
+
+    if chosen := [variant for variant in variants if variant in VARIANTS]:
+        adapted, adapted_histories = train_variants(
+            accelerator, chosen, lambda variant: build(script_args, base, parts, variant, loop_args.seed, switch_step),
+            evaluate, dataset, loop_args, lora_args,
+        )
+        results.update(adapted)
+        histories.update(adapted_histories)
+    if chosen := [variant for variant in variants if variant in TABLE4]:
+        adapted, adapted_histories = train_table4(accelerator, script_args, chosen, base, parts, dataset, loop_args,
+                                                  lora_args, evaluate)
+        results.update(adapted)
+        histories.update(adapted_histories)
     if accelerator.is_main_process:
         plot_figure_3(results, Path(loop_args.output_dir) / "recall_by_length.png")
         print(f"\nhard pairs: {len(pairs)} of the {len(test) // 2} test pairs differ only after token {BASE_LENGTH}; "

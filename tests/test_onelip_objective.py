@@ -11,7 +11,7 @@ from conftest import CAPTIONS, random_images, tiny_clip, tiny_processor
 from hf_longclip import OneLIPModel
 from hf_longclip.models.onelip.modeling_onelip import text_token_mask
 from hf_longclip.objectives import OneLIPLoss, TRIMRefine, trim_scores, trim_select
-from hf_longclip.objectives.onelip import coarse_loss, token_wise_loss
+from hf_longclip.objectives.onelip import coarse_loss, token_wise_loss, top_right_singular_vectors
 
 
 def _small_text():
@@ -36,6 +36,49 @@ def test_trim_scores_hand_computed():
     # alpha = 0: structure only; alpha = 1: relevance only
     torch.testing.assert_close(trim_scores(states, states, image, valid, 2, 0.0)[0, :4], torch.tensor([1, 0.75, 0, 0]))
     torch.testing.assert_close(trim_scores(states, states, image, valid, 2, 1.0)[0, :4], torch.tensor([0, 0, 1 / 3, 1]))
+
+
+def test_the_hand_computed_scores_hold_for_every_decomposition():
+    states, valid, image = _small_text()
+    expected = trim_scores(states, states, image, valid, rank=2, alpha=0.4, decomposition="exact")
+    for decomposition in ("subspace", "auto"):
+        torch.testing.assert_close(trim_scores(states, states, image, valid, 2, 0.4, decomposition), expected)
+    with pytest.raises(ValueError, match="decomposition"):
+        trim_scores(states, states, image, valid, 2, 0.4, "svd")
+
+
+def token_states(batch: int = 6, tokens: int = 248, width: int = 64, seed: int = 0) -> torch.Tensor:
+    """Token states like a transformer's: a few strong shared directions (decaying spectrum) plus noise."""
+    generator = torch.Generator().manual_seed(seed)
+    strengths = torch.tensor([30.0, 12, 8, 6, 5, 4, 3.5, 3, 2.5, 2, 1.5, 1.2])
+    directions = torch.linalg.qr(torch.randn(width, len(strengths), generator=generator)).Q
+    loadings = torch.randn(batch, tokens, len(strengths), generator=generator) * strengths
+    return loadings @ directions.T + 0.3 * torch.randn(batch, tokens, width, generator=generator)
+
+
+def test_subspace_iteration_finds_the_svds_top_directions():
+    states = token_states()
+    for rank in (1, 4, 8):
+        found = top_right_singular_vectors(states, rank, "subspace")
+        reference = torch.linalg.svd(states.double(), full_matrices=False).Vh[:, :rank].mT  # (B, d, r)
+        alignment = (found.double() * reference).sum(dim=1).abs()  # |cos| of matching columns (unit, up to sign)
+        assert alignment.min() > 0.999, (rank, alignment.min())
+        exact = top_right_singular_vectors(states, rank, "exact")
+        assert exact.dtype == torch.float64 and ((exact * reference).sum(dim=1).abs() > 1 - 1e-9).all()
+
+
+def test_subspace_scores_and_selection_match_the_exact_ones():
+    states = token_states(seed=1)
+    valid = torch.ones(states.shape[:2], dtype=torch.bool)
+    valid[:, 200:] = False  # padding
+    generator = torch.Generator().manual_seed(2)
+    token_embeds, image = torch.randn(6, 248, 16, generator=generator), torch.randn(6, 16, generator=generator)
+    exact = trim_scores(states, token_embeds, image, valid, rank=8, alpha=0.5, decomposition="exact")
+    fast = trim_scores(states, token_embeds, image, valid, rank=8, alpha=0.5, decomposition="subspace")
+    torch.testing.assert_close(fast, exact, atol=2e-3, rtol=0)
+    top_exact, top_fast = exact.topk(100).indices.sort().values, fast.topk(100).indices.sort().values
+    assert (top_exact == top_fast).float().mean() > 0.97
+    assert torch.equal(trim_scores(states, token_embeds, image, valid, 8, 0.5, "auto"), exact)  # CPU: exact
 
 
 def test_top_k_in_text_order_and_padding_never_selected():

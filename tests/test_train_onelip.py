@@ -1,7 +1,9 @@
 """examples/train_onelip.py under a real `accelerate launch` on CPU: the Table 1 / Table 4 miniature and the Fig. 3
 plot from scratch, checkpoints that reload through AutoModel as OneLIPModel without the teacher, ZeRO-2 equal to one
 process on the same global batch, a SIGKILLed run resuming to the weights of an uninterrupted one (through the loss
-weights' switch, which the task's step count drives), and `--push_to_hub` rendering model_cards/onelip.md.
+weights' switch, which the task's step count drives), and `--push_to_hub` rendering model_cards/onelip.md; Table 4's
+PO-HNM rows: a SIGKILLed run resumes to the queues and weights of an uninterrupted one, in one process and under
+2-process DDP.
 
 Each launch adapts a tiny base CLIP-77 (width 32, one layer) on 64 synthetic scenes for a few steps.
 """
@@ -76,14 +78,16 @@ def single_process(tmp_path_factory, datasets_cache, base_checkpoint) -> tuple[P
 def test_table_and_figure_3_from_scratch(datasets_cache, tmp_path):
     """No base given: the base CLIP-77 is trained by the shared loop, then every variant is adapted from it."""
     result = run(launch(tmp_path, ["--num_processes", "1"], "--base_steps", "2", "--max_steps", "2",
-                        "--per_device_train_batch_size", str(GLOBAL_BATCH)),
+                        "--per_device_train_batch_size", str(GLOBAL_BATCH), "--table4_train", "16",
+                        "--table4_epochs", "1", "--hnm_queue_size", "4"),
                  script_env(datasets_cache), tmp_path)
     header = ["model", "r1_i2t", "r1_t2i", "short_r1_i2t", "short_r1_t2i", "hard_r1_i2t", "hard_r1_t2i"]
     lines = result.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split() == header)
-    rows = [line.split()[0] for line in lines[start + 2: start + 10]]
+    rows = [line.split()[0] for line in lines[start + 2: start + 14]]
     assert rows == ["clip-77", "clip-248", "onelip-pooled", "onelip", "clip-77-ft", "clip-128", "onelip-77",
-                    "onelip-128"]
+                    "onelip-128", "table4-trim", "table4-hnm", "table4-pohnm-half", "table4-pohnm"]
+    assert len(history(tmp_path, "table4-pohnm")) == 2  # one pass over 16 scenes in batches of 8
     results = json.loads((tmp_path / "results.json").read_text())["results"]
     assert results["clip-77"]["num_hard_pairs"] > 0
     for variant in ("clip-77", "clip-77-ft", "onelip-77"):  # 77 tokens cannot tell the late pairs apart
@@ -153,3 +157,39 @@ def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(single_proces
     # the loss weights switched at step 4 (lambda_1 0.2 -> 0.05) in both runs, the resumed one included
     ratios = [h["coarse_loss"] for h in reference]
     assert ratios[4] < ratios[3] / 2
+
+
+# Table 4's PO-HNM row on 64 scenes: 3 passes of 8 steps, queues of 4 re-scored 3 steps after their last refresh
+POHNM = ["--variants", "table4-pohnm", "--table4_train", "64", "--table4_epochs", "3", "--hnm_queue_size", "4",
+         "--hnm_update_steps", "3", "--checkpointing_steps", "4", "--trim_top_k", "40"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("engine", "processes"), [
+    pytest.param([], 1, id="one-process"),
+    pytest.param(["--config_file", str(CONFIGS / "multi_gpu.yaml")], 2, id="ddp"),
+])
+def test_killed_pohnm_run_resumes_to_the_queues_and_weights_of_an_uninterrupted_run(engine, processes, datasets_cache,
+                                                                                      base_checkpoint, tmp_path):
+    engine = [*engine, "--num_processes", str(processes)]
+    common = [*POHNM, "--base_checkpoint", str(base_checkpoint), "--per_device_train_batch_size",
+              str(GLOBAL_BATCH // processes)]
+    uninterrupted, interrupted = tmp_path / "uninterrupted", tmp_path / "interrupted"
+    run(launch(uninterrupted, engine, *common), script_env(datasets_cache), tmp_path)
+    command = launch(interrupted, engine, *common)
+    kill_when_written(command, interrupted / "checkpoints" / "table4-pohnm" / "step_00000008",
+                      script_env(datasets_cache), tmp_path)
+    assert not (interrupted / "table4-pohnm").exists(), "the run finished before it was killed"
+    run([*command, "--resume_from_checkpoint", "latest"], script_env(datasets_cache), tmp_path)
+
+    reference = history(uninterrupted, "table4-pohnm")
+    assert reference[-1]["queues_refreshed"] > 0 and reference[-1]["negatives_replaced"] > 0
+    assert history(interrupted, "table4-pohnm") == reference
+    # the live queues at the end, and those of the last checkpoint
+    live = [run_dir / "hard_negatives" / "table4-pohnm" / "queues.bin" for run_dir in (uninterrupted, interrupted)]
+    saved = [run_dir / "checkpoints" / "table4-pohnm" / "step_00000024" / "task_files" / "hard_negatives" /
+             "queues.bin" for run_dir in (uninterrupted, interrupted)]
+    assert live[0].read_bytes() == live[1].read_bytes() == saved[0].read_bytes() == saved[1].read_bytes()
+    expected, resumed = weights(uninterrupted / "table4-pohnm"), weights(interrupted / "table4-pohnm")
+    for name in expected:
+        assert torch.equal(resumed[name], expected[name]), name

@@ -47,14 +47,21 @@ def contrastive_loss(
     logit_scale: torch.Tensor,
     offset: int = 0,
     label_smoothing: float = 0.0,
+    extra_text_logits: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Symmetric InfoNCE (CLIP; HiMo-CLIP Eq. 2, OneLIP Eq. 1) of this process's rows against the global batch.
 
     Row i of the local batch is row offset + i of the global one (open_clip's local-loss labelling); the mean
     over processes of this loss is the loss of one process on the concatenated batch, and so are its gradients.
+    `extra_text_logits` (local batch, M), already scaled, join each image's text denominator (per-sample hard
+    negatives, OneLIP's PO-HNM); -inf marks an empty slot.
     """
     labels = torch.arange(image_embeds.shape[0], device=image_embeds.device) + offset
     logits_per_image = logit_scale * image_embeds @ all_text_embeds.T
+    if extra_text_logits is not None:
+        if label_smoothing:
+            raise ValueError("label smoothing would spread mass onto the empty (-inf) hard-negative slots")
+        logits_per_image = torch.cat([logits_per_image, extra_text_logits], dim=1)
     logits_per_text = logit_scale * text_embeds @ all_image_embeds.T
     return (
         F.cross_entropy(logits_per_image, labels, label_smoothing=label_smoothing)

@@ -6,6 +6,7 @@ One-Stage Adaptation")."""
 from transformers import CLIPConfig, CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
 
 from .code_bundle import CodeBundleMixin
+from .onelip import TRIM_DECOMPOSITIONS
 
 ONELIP_TEXT_POSITIONS = 248  # the paper's T_g in its main tables (Long-CLIP's length)
 
@@ -64,6 +65,10 @@ class OneLIPConfig(CodeBundleMixin, CLIPConfig):
         8 is small enough that I(i) measures a token's share of the dominant components rather than its norm (with
         every direction, sum_j U_ij^2 sigma_j^2 = |z_i|^2, and after the final LayerNorm all tokens have nearly the
         same norm), and large enough to reach past the first direction, which CLIP's token states share.
+    trim_decomposition (`str`, defaults to `"auto"`):
+        How TRIM-Select finds the top r singular directions: `"exact"` (float64 `eigh` of each text's Gram matrix),
+        `"subspace"` (float32 subspace iteration, matrix products: fast on GPUs) or `"auto"` (exact on CPU, subspace
+        elsewhere); see `hf_longclip.objectives.onelip.top_right_singular_vectors`.
     coarse_weight, token_weight, contrastive_weight (`float`, defaults to 0.2, 0.1, 0.7):
         lambda_1, lambda_2, lambda_3 of Eq. 10 during the first `weight_switch_step` optimizer steps.
     coarse_weight_after, token_weight_after, contrastive_weight_after (`float`, defaults to 0.05, 0.25, 0.7):
@@ -82,6 +87,7 @@ class OneLIPConfig(CodeBundleMixin, CLIPConfig):
     trim_alpha: float = 0.5
     trim_top_k: int = 100
     trim_rank: int = 8
+    trim_decomposition: str = "auto"
     coarse_weight: float = 0.2
     token_weight: float = 0.1
     contrastive_weight: float = 0.7
@@ -102,6 +108,8 @@ class OneLIPConfig(CodeBundleMixin, CLIPConfig):
             raise ValueError(f"trim_top_k must be >= 1, got {self.trim_top_k}")
         if self.trim_rank < 1:
             raise ValueError(f"trim_rank must be >= 1, got {self.trim_rank}")
+        if self.trim_decomposition not in TRIM_DECOMPOSITIONS:
+            raise ValueError(f"trim_decomposition must be one of {TRIM_DECOMPOSITIONS}, got {self.trim_decomposition!r}")
         for name in ("coarse_weight", "token_weight", "contrastive_weight", "coarse_weight_after",
                      "token_weight_after", "contrastive_weight_after"):
             if getattr(self, name) < 0:

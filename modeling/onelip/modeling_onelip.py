@@ -220,7 +220,7 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
             config.trim_alpha, config.trim_top_k, config.trim_rank,
             (config.coarse_weight, config.token_weight, config.contrastive_weight),
             (config.coarse_weight_after, config.token_weight_after, config.contrastive_weight_after),
-            config.weight_switch_step, config.token_distillation,
+            config.weight_switch_step, config.token_distillation, config.trim_decomposition,
         )
         self.post_init()
         if config.token_distillation == "pooled":  # no gradient would reach them: keep them out of the optimizer
@@ -299,6 +299,8 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
         interpolate_pos_encoding: bool = False,
         teacher_hidden_states: torch.Tensor | None = None,
         training_step: int = 0,
+        hard_negative_embeds: torch.Tensor | None = None,
+        hard_negative_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> DualEncoderOutput:
         r"""
@@ -307,6 +309,11 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
             loss (Eq. 3, 7). `OneLIPTask` computes them.
         training_step (`int`, defaults to 0):
             Optimizer steps done so far, which selects the loss weights of Eq. 10 (Sec. 4.1's schedule).
+        hard_negative_embeds (`torch.FloatTensor` of shape `(batch, M, projection_dim)`, *optional*):
+            PO-HNM (Sec. 3.2): each image's queued hard-negative captions as the base encoder embedded them; they
+            join the image-to-text denominator of Eq. 1. `OneLIPTask` reads them from its queues.
+        hard_negative_mask (`torch.BoolTensor` of shape `(batch, M)`, *optional*):
+            Which of those slots hold a negative.
         """
         if input_ids.shape[0] == 0 or pixel_values.shape[0] == 0:
             raise ValueError("the batch is empty: pass at least one text and one image (a non-empty batch)")
@@ -326,7 +333,7 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
             loss_terms = self.objective(
                 image_embeds, text_embeds, self.logit_scale.exp(), states, token_embeds,
                 text_token_mask(input_ids, attention_mask, self.config.text_config.eos_token_id),
-                teacher_hidden_states, self.trim_refine, training_step,
+                teacher_hidden_states, self.trim_refine, training_step, hard_negative_embeds, hard_negative_mask,
             )
         return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, loss_terms)
 

@@ -8,20 +8,26 @@ import torch
 
 @dataclass
 class ImageTextCollator:
-    """Turns rows with an image and a caption into model inputs, padding texts to the batch's longest."""
+    """Turns rows with an image and a caption into model inputs, padding texts to the batch's longest; with
+    `index_column`, also `sample_index`, the rows' values there (their dataset indices, for per-sample state such
+    as PO-HNM's queues)."""
 
     processor: object
     text_column: str = "caption"
     image_column: str = "image"
+    index_column: str | None = None
 
     def __call__(self, rows: list[dict]) -> dict:
-        return dict(
+        batch = dict(
             self.processor(
                 text=[row[self.text_column] for row in rows],
                 images=[row[self.image_column] for row in rows],
                 padding="longest",
             )
         )
+        if self.index_column is not None and self.index_column in rows[0]:  # training rows; validation rows lack it
+            batch["sample_index"] = torch.tensor([row[self.index_column] for row in rows])
+        return batch
 
 
 @dataclass

@@ -5,11 +5,12 @@ Models call them in `forward(return_loss=True)`; the training loop logs every te
 |---|---|---|
 | `ClipLoss` | contrastive_loss | CLIP InfoNCE over the gathered batch |
 | `MoLoLoss` | global_loss, component_loss | HiMo-CLIP Eq. 2-4 (HiDe: `hide_components`) |
-| `OneLIPLoss` | coarse_loss, token_loss, contrastive_loss | OneLIP Eq. 1, 3-7, 10 (TRIM, token distillation) |
+| `OneLIPLoss` | coarse_loss, token_loss, contrastive_loss | OneLIP Eq. 1, 3-7, 10 (TRIM, token distillation; queued hard negatives in Eq. 1) |
 | `SigLipLoss` | sigmoid_loss | SigLIP pairwise sigmoid (F-CAST Eq. 7-8) |
 | `DITMLoss` | triplet_loss, order_loss | DITM Eq. 4-7: adaptive triplet (VSE++ hardest negatives), ordering |
 
-Each module imports only torch and the shared modelling code, so it travels in a model's remote-code bundle.
+Each module imports only torch and the shared modelling code, so it travels in a model's remote-code bundle. State
+that needs more (PO-HNM's disk-backed queues, mined with faiss) lives in `hf_longclip.training.hard_negatives`.
 """
 
 from .clip import ClipLoss

@@ -54,10 +54,43 @@ def _min_max(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return scaled.masked_fill(~valid, 0.0)
 
 
+TRIM_DECOMPOSITIONS = ("auto", "exact", "subspace")
+
+
+def top_right_singular_vectors(matrix: torch.Tensor, rank: int, decomposition: str = "auto",
+                               iterations: int = 4, oversampling: int = 8) -> torch.Tensor:
+    """The top `rank` right singular vectors of each (L, d) matrix of `matrix` (B, L, d), as columns (B, d, r),
+    largest singular value first.
+
+    "exact": the top eigenvectors of the d x d Gram matrix Z^T Z from one float64 `eigh` per text. "subspace":
+    subspace iteration in float32 (Halko et al. 2011, Alg. 4.4 on the Gram matrix): r + `oversampling` columns,
+    `iterations` Gram products each orthonormalised by QR, then Rayleigh-Ritz, an `eigh` of a (r + 8)-square matrix;
+    its error falls as (sigma_{r+9} / sigma_r)^(2 x iterations). Batched `eigh` is slow on GPUs (1.1 s of a 1.4 s
+    ViT-B/16 step at batch 256 on an H100, float64), subspace iteration is matrix products (54 ms there).
+    "auto": exact on CPU, subspace on other devices. Columns are defined up to sign, which I(i) ignores."""
+    if decomposition == "auto":
+        decomposition = "exact" if matrix.device.type == "cpu" else "subspace"
+    width = matrix.shape[-1]
+    r = min(rank, *matrix.shape[1:])
+    if decomposition == "exact":
+        matrix = matrix.double()
+        return torch.linalg.eigh(matrix.mT @ matrix).eigenvectors[..., -r:].flip(-1)  # eigenvalues ascending
+    if decomposition != "subspace":
+        raise ValueError(f"decomposition must be one of {TRIM_DECOMPOSITIONS}, got {decomposition!r}")
+    gram = matrix.float().mT @ matrix.float()
+    columns = min(width, r + oversampling)
+    start = torch.randn(width, columns, generator=torch.Generator().manual_seed(0)).to(gram.device)
+    basis = start.expand(gram.shape[0], -1, -1)
+    for _ in range(iterations):
+        basis = torch.linalg.qr(gram @ basis).Q
+    ritz = torch.linalg.eigh(basis.mT @ gram @ basis).eigenvectors[..., -r:].flip(-1)
+    return basis @ ritz
+
+
 @torch.no_grad()
 def trim_scores(
     states: torch.Tensor, token_embeds: torch.Tensor, image_embeds: torch.Tensor, valid: torch.Tensor,
-    rank: int, alpha: float,
+    rank: int, alpha: float, decomposition: str = "auto",
 ) -> torch.Tensor:
     """S(i) = (1 - alpha) I(i) + alpha A(i) (Eq. 5) for every token, -inf at invalid ones.
 
@@ -66,16 +99,15 @@ def trim_scores(
     cosine of `token_embeds[i]` (the projected token state) with `image_embeds`. Both min-max scaled per text.
     `states` (B, L, d), `token_embeds` (B, L, P), `image_embeds` (B, P), `valid` (B, L) bool.
 
-    Computed without a batched SVD: U_ij sigma_j = z_i . v_j, and the top r right singular vectors v_j are the top
-    eigenvectors of the d x d Gram matrix Z^T Z, so I(i) = sum_{j<=r} |z_i . v_j| from one float64 `eigh` per text.
-    The same numbers as the SVD (tested, to float32 rounding) from a d x d instead of an L x d decomposition:
-    on 2 CPU threads shared with other jobs the batched SVD took 23 of a 27 s OneLIP step (batch 64, 248 tokens,
-    width 128) and this form 0.2 s; on one free thread the two are 5% and 3% of a step (benchmarks/bench_onelip.py).
+    Computed without a batched SVD: U_ij sigma_j = z_i . v_j, so I(i) = sum_{j<=r} |z_i . v_j| with the top r right
+    singular vectors v_j (`top_right_singular_vectors`, `decomposition` "exact", "subspace" or "auto"). The same
+    numbers as the SVD (tested, to float32 rounding) from a d x d instead of an L x d decomposition: on 2 CPU
+    threads shared with other jobs the batched SVD took 23 of a 27 s OneLIP step (batch 64, 248 tokens, width 128)
+    and the exact form 0.2 s.
     """
-    matrix = states.double().masked_fill(~valid[..., None], 0.0)
-    _, vectors = torch.linalg.eigh(matrix.transpose(1, 2) @ matrix)  # eigenvalues ascending
-    r = min(rank, *matrix.shape[1:])
-    importance = (matrix @ vectors[..., -r:]).abs().sum(dim=-1).float()
+    matrix = states.float().masked_fill(~valid[..., None], 0.0)
+    vectors = top_right_singular_vectors(matrix, rank, decomposition)
+    importance = (matrix.to(vectors.dtype) @ vectors).abs().sum(dim=-1).float()
     relevance = (F.normalize(token_embeds.float(), dim=-1) * F.normalize(image_embeds.float(), dim=-1)[:, None]).sum(-1)
     scores = (1 - alpha) * _min_max(importance, valid) + alpha * _min_max(relevance, valid)
     return scores.masked_fill(~valid, float("-inf"))
@@ -137,7 +169,8 @@ class OneLIPLoss(nn.Module):
     lambda_3 (L_i-t + L_t-i)}`, the lambdas being `weights` before optimizer step `switch_step` and `weights_after`
     from it on (Sec. 4.1: 0.2/0.1/0.7, then 0.05/0.25/0.7 from step 5000). Runs in float32, autocast disabled.
     `distillation`: "trim" (OneLIP, Eq. 4-7) or "pooled" (the ablation without TRIM: `token_loss` is then the
-    pooled distance, `pooled_distillation_loss`, and `refine` is not used). See the module docstring for the
+    pooled distance, `pooled_distillation_loss`, and `refine` is not used). `decomposition`: how TRIM-Select finds
+    the top singular directions (`top_right_singular_vectors`). See the module docstring for the
     choices made where the paper is silent."""
 
     DISTILLATIONS = ("trim", "pooled")
@@ -145,11 +178,14 @@ class OneLIPLoss(nn.Module):
     def __init__(
         self, alpha: float = 0.5, top_k: int = 100, rank: int = 8, weights: tuple = (0.2, 0.1, 0.7),
         weights_after: tuple = (0.05, 0.25, 0.7), switch_step: int = 5000, distillation: str = "trim",
+        decomposition: str = "auto",
     ):
         super().__init__()
         if distillation not in self.DISTILLATIONS:
             raise ValueError(f"distillation must be one of {self.DISTILLATIONS}, got {distillation!r}")
-        self.distillation = distillation
+        if decomposition not in TRIM_DECOMPOSITIONS:
+            raise ValueError(f"decomposition must be one of {TRIM_DECOMPOSITIONS}, got {decomposition!r}")
+        self.distillation, self.decomposition = distillation, decomposition
         self.alpha, self.top_k, self.rank = alpha, top_k, rank
         self.weights, self.weights_after, self.switch_step = tuple(weights), tuple(weights_after), switch_step
 
@@ -168,10 +204,17 @@ class OneLIPLoss(nn.Module):
         teacher_states: torch.Tensor,
         refine: TRIMRefine,
         step: int = 0,
+        hard_negative_embeds: torch.Tensor | None = None,
+        hard_negative_mask: torch.Tensor | None = None,
     ) -> dict:
         """`image_embeds`, `text_embeds`: (B, P) L2-normalised; `text_states` (B, L, d) the long encoder's token
         states, `token_embeds` (B, L, P) the same projected (for A(i)), `valid` (B, L) its valid tokens;
-        `teacher_states` (B, min(L, T_f), d) the base encoder's states on the first T_f tokens."""
+        `teacher_states` (B, min(L, T_f), d) the base encoder's states on the first T_f tokens.
+
+        PO-HNM (Sec. 3.2): `hard_negative_embeds` (B, M, P), each image's queued negative captions as the frozen
+        base encoder embedded them (L2-normalised, no gradient), with `hard_negative_mask` (B, M) marking filled
+        slots, join the image-to-text denominator of Eq. 1 (`hf_longclip.objectives.pohnm`); M = 0 or None is
+        plain OneLIP."""
         check_paired_embeddings(image_embeds, text_embeds)
         batch, length, width = text_states.shape
         if teacher_states.ndim != 3 or teacher_states.shape[0] != batch or teacher_states.shape[1] > length:
@@ -198,13 +241,25 @@ class OneLIPLoss(nn.Module):
             if self.distillation == "pooled":
                 token = pooled_distillation_loss(states, teacher, valid, teacher_valid)
             else:
-                scores = trim_scores(states, token_embeds, image, valid, self.rank, self.alpha)
+                scores = trim_scores(states, token_embeds, image, valid, self.rank, self.alpha, self.decomposition)
                 aggregated = refine(*trim_select(states, scores, self.top_k))
                 n = min(aggregated.shape[1], base_length)
                 token = token_wise_loss(aggregated[:, :n], teacher[:, :n], teacher_valid[:, :n])
             all_image, offset = gather_with_grad(image)
             all_text, _ = gather_with_grad(text)
-            contrastive = 2 * contrastive_loss(image, text, all_image, all_text, logit_scale.float(), offset)
+            extra = None
+            if hard_negative_embeds is not None:
+                if hard_negative_embeds.shape[:1] + hard_negative_embeds.shape[2:] != image.shape or (
+                        hard_negative_mask is None or hard_negative_mask.shape != hard_negative_embeds.shape[:2]):
+                    raise ValueError(
+                        f"hard negatives must be (batch={batch}, M, {image.shape[1]}) embeddings with a (batch, M) "
+                        f"mask, got {tuple(hard_negative_embeds.shape)} and "
+                        f"{None if hard_negative_mask is None else tuple(hard_negative_mask.shape)}"
+                    )
+                extra = logit_scale.float() * torch.einsum("bp,bmp->bm", image, hard_negative_embeds.float())
+                extra = extra.masked_fill(~hard_negative_mask, float("-inf"))
+            contrastive = 2 * contrastive_loss(image, text, all_image, all_text, logit_scale.float(), offset,
+                                               extra_text_logits=extra)
         return {
             "coarse_loss": lambda_coarse * coarse,
             "token_loss": lambda_token * token,

@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
 PROCESS_STATE_FILE = "process_state_{rank}.pt"
+TASK_FILES = "task_files"
 _CHECKPOINT_NAME = re.compile(r"^step_(\d+)$")
 _TEMP_PREFIX = ".tmp-"
 
@@ -86,14 +87,16 @@ def write_atomic_directory(target: Path, write: Callable[[Path], None], is_main_
 
 
 def save_checkpoint(accelerator, run_dir: Path, step: int, state: dict, process_state: dict,
-                    save_total_limit: int) -> Path:
+                    save_total_limit: int, write_task_files: Callable[[Path], None] = lambda directory: None) -> Path:
     """`accelerator.save_state` into `run_dir/step_<step>` atomically, with each process's `process_state` (objective
-    state such as memory queues, the loss window) in its own file and `state` with a manifest in
-    `trainer_state.json`; then keep only the newest `save_total_limit` checkpoints (0 keeps all)."""
+    state such as step counts, the loss window) in its own file, what `write_task_files` writes (called on every
+    process) under `task_files/`, and `state` with a manifest in `trainer_state.json`; then keep only the newest
+    `save_total_limit` checkpoints (0 keeps all)."""
 
     def write(directory: Path) -> None:
         accelerator.save_state(str(directory))
         torch.save(process_state, directory / PROCESS_STATE_FILE.format(rank=accelerator.process_index))
+        write_task_files(directory / TASK_FILES)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             payload = {**state, "step": step, "manifest": _manifest(directory)}

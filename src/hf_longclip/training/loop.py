@@ -28,7 +28,14 @@ from transformers import get_cosine_schedule_with_warmup
 from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
 
 from ..modeling_common.dual_encoder import sum_of_terms
-from .checkpoint import read_process_state, read_state, resolve_resume, save_checkpoint, write_atomic_directory
+from .checkpoint import (
+    TASK_FILES,
+    read_process_state,
+    read_state,
+    resolve_resume,
+    save_checkpoint,
+    write_atomic_directory,
+)
 from .task import Task
 
 logger = get_logger(__name__)
@@ -398,6 +405,7 @@ def train(
         logger.warning(f"{run_name}: starting afresh, removing old checkpoints in {run_dir}")
         shutil.rmtree(run_dir)
     accelerator.wait_for_everyone()
+    task.restore_files(None if resume is None else resume / TASK_FILES, accelerator)
 
     progress = tqdm(total=total_steps, initial=step, desc=run_name, disable=not accelerator.is_local_main_process)
     model.train()
@@ -439,7 +447,8 @@ def train(
                 state = {"epoch": epoch, "batches_in_epoch": batches_done, "history": history,
                          "run_name": run_name, "training_args": asdict(args)}
                 process_state = {"task": task.state_dict(), "loss_window": window.state_dict()}
-                save_checkpoint(accelerator, run_dir, step, state, process_state, args.save_total_limit)
+                save_checkpoint(accelerator, run_dir, step, state, process_state, args.save_total_limit,
+                                lambda directory: task.save_files(directory, accelerator))
             if step >= total_steps:
                 break
     progress.close()

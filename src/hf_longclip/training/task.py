@@ -8,8 +8,11 @@ The loop calls, on every process:
   back-propagated; each term is logged on its own);
 - `after_optimizer_step(model, accelerator) -> {name: float}`: updates after each optimizer step (clamping the
   logit scale, updating memory queues), returning values to log;
-- `state_dict()` / `load_state_dict(state)`: objective state that is not a model weight (e.g. per-sample
-  hard-negative queues), saved with every checkpoint, one file per process, and restored exactly on resume.
+- `state_dict()` / `load_state_dict(state)`: small objective state that is not a model weight (step counts,
+  counters), saved with every checkpoint, one file per process, and restored exactly on resume;
+- `save_files(directory, accelerator)` / `restore_files(directory | None, accelerator)`: state too large for a
+  state dict (PO-HNM's per-sample queues), copied into each checkpoint's `task_files/` and back on resume;
+  `restore_files(None, ...)` initialises it at the start of a fresh run.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from accelerate import Accelerator
@@ -63,6 +67,12 @@ class Task:
         if state:
             raise ValueError(f"{type(self).__name__} keeps no state, but the checkpoint holds {sorted(state)}")
 
+    def save_files(self, directory: Path, accelerator: Accelerator) -> None:
+        """Write file-backed state into `directory`, inside a checkpoint being written (default: none)."""
+
+    def restore_files(self, directory: Path | None, accelerator: Accelerator) -> None:
+        """Restore file-backed state from a checkpoint's `directory`, or initialise it for a fresh run (None)."""
+
 
 class ContrastiveTask(Task):
     """A dual encoder trained with its own objective: `forward(return_loss=True).loss_terms`; the logit scale is
@@ -76,8 +86,8 @@ class ContrastiveTask(Task):
 
 
 class OneLIPTask(ContrastiveTask):
-    """OneLIP's one-stage training (Eq. 10): owns the frozen base text encoder (the teacher) and the optimizer-step
-    count that selects the loss weights (Sec. 4.1's schedule).
+    """OneLIP's one-stage training (Eq. 10): owns the frozen base text encoder (the teacher), the optimizer-step
+    count that selects the loss weights (Sec. 4.1's schedule) and, optionally, PO-HNM's per-sample queues.
 
     The teacher is training state, not part of the model: held here as a plain attribute, it is no submodule of
     the model, so the optimizer, DDP and DeepSpeed never see it, `save_pretrained` never writes it, and its
@@ -85,10 +95,19 @@ class OneLIPTask(ContrastiveTask):
     (`text_config.base_length`) tokens and its last hidden states go to `model(..., teacher_hidden_states=...)`.
     `teacher`: a `CLIPModel` (its text tower is taken), a `CLIPTextModel`, or a Hub id / directory of a CLIP; it is
     copied, so the caller's model stays as it was. The step count is saved in every checkpoint (exact resume).
+
+    `hard_negatives` (`hf_longclip.training.hard_negatives.HardNegativeQueues`): PO-HNM (Sec. 3.2) or offline HNM.
+    Batches then carry `sample_index` (the rows' dataset indices; `ImageTextCollator(index_column=...)`); each
+    image's queued negatives join its contrastive denominator, and in training the batch's due queues are
+    refreshed (Eq. 9) with the embeddings of the same forward pass (the validation loss uses no queues). The
+    queues are mined at the start of a fresh run and copied into every checkpoint.
     """
 
-    def __init__(self, model: torch.nn.Module, collate_fn: Callable, teacher: str | CLIPModel | CLIPTextModel):
+    def __init__(self, model: torch.nn.Module, collate_fn: Callable, teacher: str | CLIPModel | CLIPTextModel,
+                 hard_negatives=None):
         super().__init__(model, collate_fn)
+        self.hard_negatives = hard_negatives
+        self.refresh_counts = {"queues_refreshed": 0, "negatives_replaced": 0}
         if isinstance(teacher, str):
             teacher = CLIPModel.from_pretrained(teacher)
         if isinstance(teacher, CLIPModel):
@@ -98,26 +117,54 @@ class OneLIPTask(ContrastiveTask):
         self.step = 0
 
     def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
-        input_ids = batch["input_ids"]
-        attention_mask = batch.get("attention_mask")
+        inputs = {key: value for key, value in batch.items() if key != "sample_index"}
+        input_ids, attention_mask = inputs["input_ids"], inputs.get("attention_mask")
         self.teacher.to(input_ids.device)
         with torch.no_grad():
             teacher_states = self.teacher(
                 input_ids=input_ids[:, : self.base_length],
                 attention_mask=None if attention_mask is None else attention_mask[:, : self.base_length],
             ).last_hidden_state
-        return model(**batch, return_loss=True, teacher_hidden_states=teacher_states,
-                     training_step=self.step).loss_terms
+        negatives = mask = None
+        if self.hard_negatives is not None and model.training:  # the validation loss is plain OneLIP's
+            if "sample_index" not in batch:
+                raise ValueError("hard-negative queues need each batch's sample_index (the rows' dataset indices): "
+                                 "build the collator with index_column")
+            negatives, mask = self.hard_negatives.negatives(batch["sample_index"])
+        outputs = model(**inputs, return_loss=True, teacher_hidden_states=teacher_states, training_step=self.step,
+                        hard_negative_embeds=negatives, hard_negative_mask=mask)
+        if self.hard_negatives is not None and model.training:
+            counts = self.hard_negatives.refresh(batch["sample_index"], outputs.image_embeds.detach(),
+                                                 outputs.text_embeds.detach(), negatives, self.step)
+            for key, value in counts.items():
+                self.refresh_counts[key] += value
+        return outputs.loss_terms
 
     def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float]:
         self.step += 1
-        return super().after_optimizer_step(model, accelerator)
+        updates = super().after_optimizer_step(model, accelerator)
+        if self.hard_negatives is not None:
+            updates.update(self.refresh_counts)  # totals of this process since the run began
+        return updates
 
     def state_dict(self) -> dict:
-        return {"step": self.step}
+        return {"step": self.step, **(self.refresh_counts if self.hard_negatives is not None else {})}
 
     def load_state_dict(self, state: dict) -> None:
         self.step = state["step"]
+        self.refresh_counts = {key: state.get(key, 0) for key in self.refresh_counts}
+
+    def save_files(self, directory: Path, accelerator: Accelerator) -> None:
+        if self.hard_negatives is not None:
+            self.hard_negatives.save(directory / "hard_negatives", accelerator)
+
+    def restore_files(self, directory: Path | None, accelerator: Accelerator) -> None:
+        if self.hard_negatives is None:
+            return
+        if directory is None:
+            self.hard_negatives.initialise(accelerator)
+        else:
+            self.hard_negatives.load(directory / "hard_negatives", accelerator)
 
 
 class DITMTask(Task):
