@@ -1,0 +1,155 @@
+"""Train CAST (Ke et al. 2022; F-CAST's vision tower, Sec. 3.1) and a ViT of equal width and depth on the same
+shape-classification task, and print both test accuracies.
+
+    accelerate launch --config_file examples/accelerate_configs/single.yaml examples/train_cast.py   # CPU, minutes
+    torchrun --nproc_per_node 2 examples/train_cast.py --per_device_train_batch_size 32            # 2 processes
+
+Task: the shape (circle, square, triangle, diamond, cross) of the most salient (largest) object of each synthetic
+scene (`hf_longclip.data.synthetic`), 3-7 objects per image; chance is 20%. Both models see the same images,
+normalisation, data order, optimiser and steps: CAST reads `num_segments` SEEDS superpixels (scaled from 196 at
+224 px by default: 36 at 96 px), the ViT `(image_size / vit_patch_size)^2` patches (36 at 96 px with 16 px patches,
+a ViT-B/16 shape), so both start from the same number of tokens. The image processor computes the superpixels in
+the collate function, i.e. where the data loader runs.
+
+Writes `<output_dir>/{cast,vit}/` checkpoints with their image processors (AutoModelForImageClassification and
+AutoImageProcessor load both; CAST's with trust_remote_code=True), `results.json` (accuracies are those of the saved
+checkpoints) and `hierarchy.png`, CAST's fine-to-coarse segmentations of test images (F-CAST Fig. 6). Two
+data-loader workers (`--dataloader_num_workers`) compute the superpixels while the model trains.
+"""
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from accelerate.utils import set_seed
+from PIL.Image import Resampling
+from transformers import (
+    AutoModelForImageClassification,
+    HfArgumentParser,
+    ViTConfig,
+    ViTForImageClassification,
+    ViTImageProcessorPil,
+)
+
+from hf_longclip import CASTForImageClassification, CASTImageProcessor, CASTVisionConfig
+from hf_longclip.data.synthetic import CLASSNAMES, SHAPES, load_synthetic_scenes
+from hf_longclip.plots import plot_segment_hierarchy
+from hf_longclip.training.classification import ClassificationTask, ImageClassificationCollator, accuracy
+from hf_longclip.training.loop import LoopArguments, make_accelerator, save_model, train, whole_model_init
+
+LOOP_DEFAULTS = dict(output_dir="outputs/cast", num_train_epochs=5.0, per_device_train_batch_size=64,
+                     learning_rate=1e-3, weight_decay=0.05, warmup_steps=20, logging_steps=25,
+                     dataloader_num_workers=2)
+MODELS = ("cast", "vit")
+
+
+@dataclass
+class ScriptArguments:
+    models: str = field(default="cast,vit", metadata={"help": f"comma list of {list(MODELS)}"})
+    image_size: int = field(default=96, metadata={"help": "image side in pixels (the scenes are rendered at it)"})
+    num_segments: int | None = field(default=None, metadata={
+        "help": "CAST's superpixels per image (default: 196 at 224 px, scaled with the image area)"})
+    num_clusters: str = field(default="16,8,4", metadata={"help": "segments after each graph pooling"})
+    superpixel_method: str = field(default="seeds", metadata={"help": "'seeds' (CAST's) or 'slic'"})
+    hidden_size: int = field(default=64, metadata={"help": "width of both models"})
+    num_attention_heads: int = field(default=4, metadata={"help": "attention heads of both models"})
+    vit_patch_size: int = field(default=16, metadata={"help": "ViT patch side"})
+    num_train: int = field(default=2000, metadata={"help": "synthetic training scenes"})
+    num_test: int = field(default=500, metadata={"help": "synthetic test scenes"})
+    dataset_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes"})
+
+    def __post_init__(self):
+        self.model_list = [name.strip() for name in self.models.split(",") if name.strip()]
+        unknown = sorted(set(self.model_list) - set(MODELS))
+        if unknown or not self.model_list:
+            raise ValueError(f"--models takes a comma list of {list(MODELS)}, got {self.models!r}")
+        self.cluster_list = [int(n) for n in self.num_clusters.split(",")]
+
+
+def shape_label(row: dict) -> int:
+    """Index in SHAPES of the most salient object's shape (the scene's class label is 'colour shape')."""
+    return SHAPES.index(CLASSNAMES[row["label"]].split()[-1])
+
+
+def build(name: str, args: ScriptArguments, processor: CASTImageProcessor):
+    """(model, collate function) of `name`, both models with the same width, heads, depth and MLP ratio."""
+    depth = len(args.cluster_list) + 1  # one block per CAST stage
+    common = dict(hidden_size=args.hidden_size, num_attention_heads=args.num_attention_heads,
+                  intermediate_size=4 * args.hidden_size, num_labels=len(SHAPES), hidden_act="gelu")
+    if name == "cast":
+        config = CASTVisionConfig(image_size=args.image_size, num_segments=processor.num_segments,
+                                  depths=[1] * depth, num_clusters=args.cluster_list, **common)
+        model, inputs = CASTForImageClassification(config), ("pixel_values", "superpixels")
+    else:
+        config = ViTConfig(image_size=args.image_size, patch_size=args.vit_patch_size, num_hidden_layers=depth,
+                           hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **common)
+        # ViT's own processor with CAST's resizing and normalisation: the same pixels, no superpixels to compute
+        processor = ViTImageProcessorPil(size={"height": args.image_size, "width": args.image_size},
+                                         resample=Resampling.BICUBIC, image_mean=processor.image_mean,
+                                         image_std=processor.image_std)
+        model, inputs = ViTForImageClassification(config), ("pixel_values",)
+    return model, ImageClassificationCollator(processor, shape_label, inputs)
+
+
+def main() -> None:
+    parser = HfArgumentParser((ScriptArguments, LoopArguments))
+    parser.set_defaults(**LOOP_DEFAULTS)
+    args, loop_args = parser.parse_args_into_dataclasses()
+    accelerator = make_accelerator(loop_args)
+    with accelerator.main_process_first():
+        scenes = load_synthetic_scenes(seed=args.dataset_seed, num_train=args.num_train, num_test=args.num_test,
+                                       num_validation=2, image_size=args.image_size)  # no validation split used
+    processor = CASTImageProcessor(size=args.image_size, num_segments=args.num_segments,
+                                   superpixel_method=args.superpixel_method)
+    output_dir = Path(loop_args.output_dir)
+    results = {}
+    for name in args.model_list:
+        set_seed(loop_args.seed)
+        with whole_model_init(accelerator):
+            model, collate = build(name, args, processor)
+        start = time.perf_counter()
+        trained, history = train(ClassificationTask(model, collate), scenes["train"], loop_args, accelerator,
+                                 run_name=name)
+        seconds = time.perf_counter() - start
+        save_model(accelerator, trained, output_dir / name, collate.image_processor)
+        if accelerator.is_main_process:  # evaluate what was saved: the same under every engine, ZeRO-3 included
+            with whole_model_init(accelerator):
+                saved = AutoModelForImageClassification.from_pretrained(output_dir / name, trust_remote_code=True)
+            saved = saved.to(accelerator.device)
+            results[name] = {"test_accuracy": accuracy(saved, collate, scenes["test"]),
+                             "train_seconds": round(seconds, 1), "final_loss": history[-1]["loss"],
+                             "parameters": sum(p.numel() for p in saved.parameters())}
+            if name == "cast":
+                plot_hierarchy(saved, processor, scenes["test"], output_dir / "hierarchy.png")
+        accelerator.wait_for_everyone()
+        accelerator.free_memory()
+    if accelerator.is_main_process:
+        chance = 100.0 / len(SHAPES)
+        (output_dir / "results.json").write_text(json.dumps(
+            {"results": results, "chance": chance, "script": asdict(args), "loop": asdict(loop_args)}, indent=2))
+        print(f"shape classification on {len(scenes['test'])} test scenes (chance {chance:.0f}%):")
+        for name, result in results.items():
+            print(f"  {name}: {result['test_accuracy']:.1f}% test accuracy, {result['parameters']:,} parameters, "
+                  f"trained in {result['train_seconds']:.0f} s")
+    accelerator.end_training()
+
+
+@torch.no_grad()
+def plot_hierarchy(model: CASTForImageClassification, processor: CASTImageProcessor, rows, path: Path,
+                   count: int = 2) -> None:
+    """CAST's segmentation of the first test images at every level (superpixels, then each graph pooling)."""
+    model.eval()
+    device = next(model.parameters()).device
+    for index in range(count):
+        image = rows[index]["image"]
+        inputs = processor([image])
+        out = model.cast(inputs["pixel_values"].to(device), inputs["superpixels"].to(device))
+        target = path if index == 0 else path.with_name(f"{path.stem}_{index}{path.suffix}")
+        plot_segment_hierarchy(processor.crop(image), inputs["superpixels"][0], [a[0].cpu() for a in out.assignments],
+                               target, title=f"CAST fine-to-coarse segments, test image {index}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""CAST vision configuration (Ke et al. 2022, "Learning hierarchical image segmentation for recognition and by
+recognition"), as F-CAST uses it (Sec. 3.1, App. B): superpixel tokens merged by graph pooling 196 -> 64 -> 32 -> 16,
+CAST's last pooling (16 -> 8) dropped."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+
+STEM_STRIDE = 8  # CAST's convolutional stem: three stride-2 convolutions
+
+
+@strict
+class CASTVisionConfig(CodeBundleMixin, PreTrainedConfig):
+    r"""
+    Configuration of [`CASTVisionModel`]. Defaults are CAST-B at 224 px as F-CAST uses it (width and heads of
+    ViT-B/16, blocks (3, 3, 3, 2), graph pooling to 64, 32 and 16 segments).
+
+    hidden_size (`int`, defaults to 768), num_attention_heads (`int`, defaults to 12), intermediate_size (`int`,
+    defaults to 3072), hidden_act (`str`, defaults to `"gelu"`), layer_norm_eps (`float`, defaults to 1e-6),
+    attention_dropout (`float`, defaults to 0.0):
+        The transformer blocks (timm's ViT block, as CAST's). The graph pooling MLP is intermediate_size wide.
+    dropout (`float`, defaults to 0.0):
+        Dropout after the graph pooling MLP's activation.
+    num_channels (`int`, defaults to 3), image_size (`int`, defaults to 224):
+        Input channels, and the image side the defaults are set for (any size >= 8 px runs).
+    num_segments (`int`, defaults to 196):
+        Superpixel tokens of the first stage: superpixel ids must lie in [0, num_segments); ids without pixels
+        are padding.
+    depths (`list[int]`, defaults to `(3, 3, 3, 2)`):
+        Transformer blocks of each stage.
+    num_clusters (`list[int]`, defaults to `(64, 32, 16)`):
+        Segments after the graph pooling that ends each stage but the last (one fewer than `depths`), decreasing.
+    assignment_scale (`float`, defaults to 5.0):
+        Factor of the cosine similarity in the soft assignment softmax(scale * cos(token, seed)) (CAST's 5).
+    initializer_range (`float`, defaults to 0.02):
+        Std of the [CLS] token at initialisation.
+    """
+
+    model_type = "cast_vision"
+    main_input_name = "pixel_values"
+
+    hidden_size: int = 768
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    layer_norm_eps: float = 1e-6
+    attention_dropout: float = 0.0
+    dropout: float = 0.0
+    num_channels: int = 3
+    image_size: int = 224
+    num_segments: int = 196
+    depths: list[int] | tuple[int, ...] = (3, 3, 3, 2)
+    num_clusters: list[int] | tuple[int, ...] = (64, 32, 16)
+    assignment_scale: float = 5.0
+    initializer_range: float = 0.02
+
+    def __post_init__(self, **kwargs):
+        self.depths, self.num_clusters = list(self.depths), list(self.num_clusters)
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                             f"({self.num_attention_heads})")
+        if self.hidden_size % 8:
+            raise ValueError(f"hidden_size must be divisible by 8 (the stem's widths and 2-D sin-cos positions), "
+                             f"got {self.hidden_size}")
+        if not self.depths or min(self.depths) < 1:
+            raise ValueError(f"depths must be a non-empty list of positive block counts, got {self.depths}")
+        if len(self.num_clusters) != len(self.depths) - 1:
+            raise ValueError(f"num_clusters needs one entry per graph pooling, i.e. len(depths) - 1 = "
+                             f"{len(self.depths) - 1}, got {self.num_clusters}")
+        sizes = [self.num_segments, *self.num_clusters]
+        if min(sizes) < 1 or any(coarse >= fine for fine, coarse in zip(sizes, sizes[1:])):
+            raise ValueError(f"segment counts must decrease stage by stage: num_segments {self.num_segments}, "
+                             f"num_clusters {self.num_clusters}")
+        if self.image_size < STEM_STRIDE:
+            raise ValueError(f"image_size ({self.image_size}) is smaller than the stem stride ({STEM_STRIDE})")
+        if self.num_segments > self.image_size**2:
+            raise ValueError(f"num_segments ({self.num_segments}) exceeds the {self.image_size**2} pixels of a "
+                             f"{self.image_size} px image")
+        if self.assignment_scale <= 0:
+            raise ValueError(f"assignment_scale must be > 0, got {self.assignment_scale}")
+        super().__post_init__(**kwargs)
+
+    @property
+    def num_hidden_layers(self) -> int:
+        """Transformer blocks in all stages."""
+        return sum(self.depths)
+
+
+__all__ = ["STEM_STRIDE", "CASTVisionConfig"]

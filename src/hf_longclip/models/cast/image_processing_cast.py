@@ -1,0 +1,149 @@
+"""CAST image processor: resized, centre-cropped, normalised pixels and a superpixel label map per image (CAST's
+input, F-CAST Sec. 3.1). Superpixels are computed on the CPU, per image, where the processor runs (in data-loader
+workers when a collate function calls it), after whatever augmentation produced the image.
+
+Algorithms (`superpixel_method`): "seeds", OpenCV contrib's SEEDS (Van den Bergh et al. 2012) in LAB space with 20
+iterations and CAST's settings (one block level, prior 2, 15 histogram bins); "slic", scikit-image's SLIC
+(Achanta et al. 2012). F-CAST's learned SFCN superpixels (Yang et al. 2020, App. B) need trained weights that
+are not available offline: "sfcn" raises an error saying so; another algorithm is one more entry of
+`SUPERPIXEL_METHODS` (a function (H, W, 3) uint8 RGB, segment count -> (H, W) integer labels).
+
+cv2 and skimage are imported at the top so that transformers' remote-code loader names a missing one.
+"""
+
+import cv2
+import numpy as np
+import PIL.Image
+import skimage.segmentation
+from transformers import BatchFeature
+from transformers.image_processing_utils import BaseImageProcessor
+from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+from hf_longclip.modeling_common.inputs import to_rgb_images
+
+from .configuration_cast import STEM_STRIDE
+
+REFERENCE_SIZE, REFERENCE_SEGMENTS = 224, 196  # F-CAST's 196 superpixels at 224 px; other sizes keep the density
+SEEDS_SETTINGS = dict(num_levels=1, prior=2, histogram_bins=15, double_step=False)  # CAST's datasets_seeds.py
+SFCN_UNAVAILABLE = (
+    "superpixel_method='sfcn': F-CAST's learned SFCN superpixels (Yang et al. 2020) need trained network weights, "
+    "which cannot be fetched here; use 'seeds' (CAST's) or 'slic', or register an SFCN function in "
+    "SUPERPIXEL_METHODS"
+)
+
+
+def seeds_superpixels(image: np.ndarray, num_segments: int, iterations: int = 20) -> np.ndarray:
+    """SEEDS superpixels of an (H, W, 3) uint8 RGB image in LAB space, as CAST computes them."""
+    height, width = image.shape[:2]
+    seeds = cv2.ximgproc.createSuperpixelSEEDS(width, height, 3, num_segments, **SEEDS_SETTINGS)
+    seeds.iterate(cv2.cvtColor(image, cv2.COLOR_RGB2LAB), iterations)
+    return seeds.getLabels()
+
+
+def slic_superpixels(image: np.ndarray, num_segments: int, compactness: float = 10.0) -> np.ndarray:
+    """scikit-image's SLIC superpixels of an (H, W, 3) uint8 RGB image (its LAB k-means)."""
+    return skimage.segmentation.slic(image, n_segments=num_segments, compactness=compactness, start_label=0)
+
+
+def _sfcn_superpixels(image: np.ndarray, num_segments: int) -> np.ndarray:
+    raise ValueError(SFCN_UNAVAILABLE)
+
+
+SUPERPIXEL_METHODS = {"seeds": seeds_superpixels, "slic": slic_superpixels, "sfcn": _sfcn_superpixels}
+
+
+def relabel_contiguous(labels: np.ndarray) -> np.ndarray:
+    """Labels renumbered 0..n-1 (in increasing order of the old ids), n the number of distinct ids."""
+    _, inverse = np.unique(labels, return_inverse=True)
+    return inverse.reshape(labels.shape).astype(np.int64)
+
+
+def compute_superpixels(image: np.ndarray, num_segments: int, method: str = "seeds") -> np.ndarray:
+    """(H, W) int64 superpixel ids 0..n-1 with n <= `num_segments` of an (H, W, 3) uint8 RGB image.
+
+    An algorithm may return fewer segments than asked (SEEDS' block grid, flat images), which the model treats as
+    padding; where it returns more (SLIC's grid rounding) it is asked again for proportionally fewer."""
+    if method not in SUPERPIXEL_METHODS:
+        raise ValueError(f"superpixel_method must be one of {sorted(SUPERPIXEL_METHODS)}, got {method!r}")
+    height, width = image.shape[:2]
+    if num_segments > height * width:
+        raise ValueError(f"{num_segments} segments asked of a {height}x{width} image with {height * width} pixels")
+    request = num_segments
+    while True:
+        labels = relabel_contiguous(SUPERPIXEL_METHODS[method](image, request))
+        found = int(labels.max()) + 1
+        if found <= num_segments:
+            return labels
+        if request == 1:
+            raise ValueError(f"superpixel method {method!r} returned {found} segments when asked for one")
+        request = max(1, min(request - 1, request * num_segments // found))
+
+
+class CASTImageProcessor(CodeBundleMixin, BaseImageProcessor):
+    r"""
+    Prepares images for [`CASTVisionModel`]: `pixel_values` (B, 3, size, size) and `superpixels` (B, size, size),
+    each image's superpixel ids 0..n-1 (n <= num_segments; fewer segments leave padding ids the model masks).
+
+    Images of any mode (grayscale, RGBA, 16-bit, arrays, tensors) are converted to RGB as the library's other
+    processors do (`modeling_common.inputs.to_rgb_images`); each is resized (shortest edge to `size`, bicubic) and
+    centre-cropped to `size` x `size`; superpixels are computed on that crop.
+
+    size (`int`, defaults to 224):
+        Side of the square crop, at least the stem stride (8 px).
+    num_segments (`int`, *optional*):
+        Superpixels per image; by default 196 at 224 px and the same density at other sizes
+        (round(196 * size^2 / 224^2)). The model's `num_segments` must be at least this.
+    superpixel_method (`str`, defaults to `"seeds"`):
+        "seeds" (CAST's), "slic", or "sfcn" (unavailable: its weights cannot be fetched; see the module docstring).
+    image_mean, image_std (`list[float]`, default ImageNet's):
+        Normalisation of the pixel values (CAST trains with ImageNet's statistics).
+    """
+
+    model_input_names = ["pixel_values", "superpixels"]
+
+    def __init__(self, size: int = REFERENCE_SIZE, num_segments: int | None = None, superpixel_method: str = "seeds",
+                 image_mean: list[float] | None = None, image_std: list[float] | None = None, **kwargs):
+        if num_segments is None:
+            num_segments = max(1, round(REFERENCE_SEGMENTS * size**2 / REFERENCE_SIZE**2))
+        if size < STEM_STRIDE:
+            raise ValueError(f"size ({size}) is smaller than CAST's stem stride ({STEM_STRIDE} px)")
+        if not 1 <= num_segments <= size**2:
+            raise ValueError(f"num_segments must be in [1, {size**2}] (the pixels of a {size} px crop), "
+                             f"got {num_segments}")
+        if superpixel_method not in SUPERPIXEL_METHODS:
+            raise ValueError(f"superpixel_method must be one of {sorted(SUPERPIXEL_METHODS)}, "
+                             f"got {superpixel_method!r}")
+        if superpixel_method == "sfcn":
+            raise ValueError(SFCN_UNAVAILABLE)
+        self.size, self.num_segments, self.superpixel_method = size, num_segments, superpixel_method
+        self.image_mean = list(IMAGENET_DEFAULT_MEAN if image_mean is None else image_mean)
+        self.image_std = list(IMAGENET_DEFAULT_STD if image_std is None else image_std)
+        super().__init__(**kwargs)
+
+    def crop(self, image: PIL.Image.Image) -> np.ndarray:
+        """(size, size, 3) uint8: shortest edge resized to `size` (bicubic), then the centre crop."""
+        width, height = image.size
+        scale = self.size / min(width, height)
+        resized = image.resize((max(self.size, round(width * scale)), max(self.size, round(height * scale))),
+                               PIL.Image.Resampling.BICUBIC)
+        left, top = (resized.width - self.size) // 2, (resized.height - self.size) // 2
+        return np.asarray(resized.crop((left, top, left + self.size, top + self.size)).convert("RGB"))
+
+    def __call__(self, images, return_tensors: str | None = "pt", **kwargs) -> BatchFeature:
+        return self.preprocess(images, return_tensors=return_tensors, **kwargs)
+
+    def preprocess(self, images, return_tensors: str | None = "pt", **kwargs) -> BatchFeature:
+        """`pixel_values` and `superpixels` of one image or a list of them (anything `to_rgb_images` takes)."""
+        if kwargs:
+            raise TypeError(f"unexpected arguments {sorted(kwargs)}")
+        crops = [self.crop(image) for image in to_rgb_images(images)]
+        mean, std = np.asarray(self.image_mean, np.float32), np.asarray(self.image_std, np.float32)
+        pixels = [((crop.astype(np.float32) / 255 - mean) / std).transpose(2, 0, 1) for crop in crops]
+        labels = [compute_superpixels(crop, self.num_segments, self.superpixel_method) for crop in crops]
+        return BatchFeature({"pixel_values": np.stack(pixels), "superpixels": np.stack(labels)},
+                            tensor_type=return_tensors)
+
+
+__all__ = ["SUPERPIXEL_METHODS", "CASTImageProcessor", "compute_superpixels", "relabel_contiguous",
+           "seeds_superpixels", "slic_superpixels"]
