@@ -39,6 +39,15 @@ def _eval(args: argparse.Namespace) -> None:
           f"{report['num_skipped_images']} corrupt images skipped)")
 
 
+def _shard(args: argparse.Namespace) -> None:
+    from .data.shards import shard_source, write_shards
+
+    dataset = shard_source(args.source, args.data_dir, args.split, args.max_samples)
+    manifest = write_shards(dataset, args.output_dir, args.shard_size, args.workers,
+                            description=f"{args.source} {args.split or ''}".strip())
+    print(f"{len(dataset)} samples in {args.output_dir}/ (manifest: {manifest})")
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Keeps the epilog's lines; appends "(default: ...)" to an option's help unless it already tells its default
     (or the option is required)."""
@@ -104,6 +113,17 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     evaluate.add_argument("--output-dir", type=Path, default=Path("eval"), help="where report.json and the plots go")
     evaluate.set_defaults(run=_eval)
+
+    shard = add_command("shard", "write training data as WebDataset tar shards with a manifest, for --train_shards")
+    shard.add_argument("source", help="'synthetic', a benchmark name, a CSV / JSON Lines file (image path, caption) "
+                                      "or an image folder with metadata.csv / metadata.jsonl")
+    shard.add_argument("output_dir", type=Path, help="where the shards and manifest.json go")
+    shard.add_argument("--data-dir", help="a benchmark's files (for synthetic: its cache directory)")
+    shard.add_argument("--split", help="split of a benchmark or of the synthetic scenes (default: train)")
+    shard.add_argument("--max-samples", type=int, help="the first N samples only (default: all)")
+    shard.add_argument("--shard-size", type=int, default=1000, help="samples per shard")
+    shard.add_argument("--workers", type=int, default=1, help="processes writing shards in parallel")
+    shard.set_defaults(run=_shard)
     return parser
 
 

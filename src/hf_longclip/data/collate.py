@@ -57,6 +57,10 @@ class MultiCaptionCollator:
                              f"{self.captions_per_image}")
 
     def __call__(self, rows: list[dict]) -> dict:
+        missing = {self.caption_column, self.descriptiveness_column, self.id_column, self.image_column} - set(rows[0])
+        if missing:
+            raise ValueError(f"rows lack the column(s) {sorted(missing)} (streamed shards carry the columns of the "
+                             f"dataset they were written from: shard one that has them)")
         ids = [int(row[self.id_column]) for row in rows]
         rng = np.random.default_rng([self.seed, *ids])
         texts, scores, text_image_index, image_ids = [], [], [], []

@@ -23,10 +23,12 @@ from accelerate.utils import (
     set_seed,
 )
 from torch.utils.data import DataLoader, Dataset, Sampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
 
+from ..data.shards import SKIPPED, ShardStream, expand_shards, shard_sample_counts
 from ..modeling_common.dual_encoder import sum_of_terms
 from .checkpoint import (
     TASK_FILES,
@@ -89,6 +91,12 @@ class LoopArguments:
     checkpointing_steps: int = field(default=0, metadata={"help": "save the full training state every N steps "
                                                                   "(0: never)"})
     save_total_limit: int = field(default=2, metadata={"help": "keep the newest N checkpoints (0: all)"})
+    train_shards: str | None = field(default=None, metadata={
+        "help": "stream training data from WebDataset shards ('path/{00000..00127}.tar', local or hf://; written by "
+                "`hf-longclip shard`) instead of the script's training split"})
+    shuffle_buffer: int = field(default=1000, metadata={"help": "streamed samples shuffled together (--train_shards)"})
+    dataloader_num_workers: int = field(default=0, metadata={
+        "help": "data-loader worker processes that decode and preprocess (collate) training samples"})
     resume_from_checkpoint: str | None = field(default=None, metadata={
         "help": "'latest' (newest valid checkpoint of each run, if any) or a checkpoint directory"})
 
@@ -190,6 +198,75 @@ class EpochShuffleSampler(Sampler[int]):
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
         yield from torch.randperm(self.num_samples, generator=generator).tolist()
+
+
+class StreamedBatches:
+    """Training batches streamed from WebDataset shards (`args.train_shards`, see `hf_longclip.data.shards`): this
+    process's shards through torchdata's `StatefulDataLoader` (`args.dataloader_num_workers` workers decode and
+    collate), moved to the device. An epoch ends for every process when one of them runs out (one all-reduce of a
+    flag per batch: shards need not hold equal counts and corrupt samples are skipped), and `len()` is the estimate
+    from the shards' manifest that sizes the learning-rate schedule. `state_dict` holds the loader's per-worker
+    positions and the count of corrupt samples skipped, for exact resume."""
+
+    def __init__(self, args: LoopArguments, collate_fn, accelerator: Accelerator):
+        urls = expand_shards(args.train_shards)
+        rank, world = accelerator.process_index, accelerator.num_processes
+        self.stream = ShardStream(urls, rank, world, seed=args.seed, buffer_size=args.shuffle_buffer)
+        self.loader = StatefulDataLoader(
+            self.stream, batch_size=args.per_device_train_batch_size, num_workers=args.dataloader_num_workers,
+            collate_fn=_CountingCollator(collate_fn), drop_last=True,
+            generator=torch.Generator().manual_seed(args.seed),  # worker seeds: not drawn from the training RNG
+        )
+        counts = shard_sample_counts(urls)
+        smallest = min(sum(counts[process::world]) for process in range(world))
+        workers = max(1, args.dataloader_num_workers)  # each drops its last partial batch
+        self.estimated_batches = smallest // args.per_device_train_batch_size - (workers - 1)
+        if self.estimated_batches < 1:
+            raise ValueError(f"{smallest} samples in the smallest process's shards make no full batch of "
+                             f"{args.per_device_train_batch_size} per worker ({workers} workers)")
+        self.accelerator, self.corrupt_samples = accelerator, 0
+
+    def __len__(self) -> int:
+        return self.estimated_batches
+
+    def epoch(self, epoch: int):
+        """The batches of `epoch` (from the resume point if a state was loaded), on the device."""
+        self.stream.set_epoch(epoch)
+        device = self.accelerator.device
+        for batch, skipped in _until_any_process_ends(iter(self.loader), self.accelerator):
+            self.corrupt_samples += skipped
+            yield {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+
+    def state_dict(self) -> dict:
+        return {"loader": self.loader.state_dict(), "corrupt_samples": self.corrupt_samples}
+
+    def load_state_dict(self, state: dict, epoch: int) -> None:
+        self.stream.set_epoch(epoch)
+        self.loader.load_state_dict(state["loader"])
+        self.corrupt_samples = state["corrupt_samples"]
+
+
+@dataclass
+class _CountingCollator:
+    """The task's collate function on streamed rows, returning (batch, corrupt samples skipped before them)."""
+
+    collate_fn: object
+
+    def __call__(self, rows: list[dict]):
+        skipped = sum(row.pop(SKIPPED) for row in rows)
+        return self.collate_fn(rows), skipped
+
+
+def _until_any_process_ends(iterator, accelerator: Accelerator):
+    """Items of `iterator` while every process still has one."""
+    while True:
+        item = next(iterator, None)
+        alive = torch.tensor([item is not None], dtype=torch.int64, device=accelerator.device)
+        if accelerator.num_processes > 1:
+            alive = accelerator.reduce(alive, reduction="sum") // accelerator.num_processes
+        if not alive.item():
+            return
+        yield item
 
 
 def parse_lr_multipliers(spec: str) -> dict[str, float]:
@@ -357,29 +434,38 @@ def train(
     processes, learning rate, what `task.after_optimizer_step` reports, and the validation
     loss every `eval_steps`). Checkpoints go to `<output_dir>/checkpoints/<run_name>/`;
     `args.resume_from_checkpoint` continues from there exactly: same weights, optimizer, schedule, RNG states,
-    data order and task state as a run that was never interrupted.
+    data order and task state as a run that was never interrupted. With `args.train_shards` the training data is
+    streamed from those shards (`StreamedBatches`) and `train_dataset` is not used.
     """
     set_seed(args.seed)
     model = task.model
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    loader = DataLoader(
-        train_dataset,
-        batch_size=args.per_device_train_batch_size,
-        sampler=EpochShuffleSampler(len(train_dataset), args.seed),
-        drop_last=True,  # the contrastive gather needs equal batches on every process
-        collate_fn=task.collate_fn,
-    )
     optimizer = torch.optim.AdamW(
         _parameter_groups(model, args.weight_decay, args.learning_rate, args.lr_multipliers, args.layer_decay),
         lr=args.learning_rate, betas=(0.9, args.adam_beta2),
     )
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    if len(loader) == 0:
-        raise ValueError(
-            f"{len(train_dataset)} training samples make no full batch of "
-            f"{args.per_device_train_batch_size} x {accelerator.num_processes} processes"
+    if args.train_shards:  # streamed: the loader is ours (each process reads its own shards), not accelerate's
+        loader = StreamedBatches(args, task.collate_fn, accelerator)
+        if accelerator.distributed_type == DistributedType.DEEPSPEED:  # no loader for accelerate to read it from
+            accelerator.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = \
+                args.per_device_train_batch_size
+        model, optimizer = accelerator.prepare(model, optimizer)
+    else:
+        loader = DataLoader(
+            train_dataset,
+            batch_size=args.per_device_train_batch_size,
+            sampler=EpochShuffleSampler(len(train_dataset), args.seed),
+            drop_last=True,  # the contrastive gather needs equal batches on every process
+            collate_fn=task.collate_fn,
+            num_workers=args.dataloader_num_workers,
         )
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        if len(loader) == 0:
+            raise ValueError(
+                f"{len(train_dataset)} training samples make no full batch of "
+                f"{args.per_device_train_batch_size} x {accelerator.num_processes} processes"
+            )
     steps_per_epoch = math.ceil(len(loader) / args.gradient_accumulation_steps)
     total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
     # accelerate steps a prepared scheduler once per process at each optimizer step, except under DeepSpeed,
@@ -400,6 +486,8 @@ def train(
         process_state = read_process_state(resume, accelerator.process_index)
         task.load_state_dict(process_state["task"])
         window.load_state_dict(process_state["loss_window"])
+        if args.train_shards:
+            loader.load_state_dict(process_state["data_loader"], epoch)
         logger.info(f"{run_name}: resumed from {resume} at step {step}", main_process_only=True)
     elif run_dir.exists() and accelerator.is_main_process:
         logger.warning(f"{run_name}: starting afresh, removing old checkpoints in {run_dir}")
@@ -410,10 +498,13 @@ def train(
     progress = tqdm(total=total_steps, initial=step, desc=run_name, disable=not accelerator.is_local_main_process)
     model.train()
     while step < total_steps:
-        if batches_done >= len(loader):
-            epoch, batches_done = epoch + 1, 0
-        batches = accelerator.skip_first_batches(loader, batches_done) if batches_done else loader
-        batches.set_epoch(epoch)  # accelerate's loaders hand their own epoch count to the sampler at each pass
+        if args.train_shards:
+            batches = loader.epoch(epoch)  # from the loaded position when resumed
+        else:
+            if batches_done >= len(loader):
+                epoch, batches_done = epoch + 1, 0
+            batches = accelerator.skip_first_batches(loader, batches_done) if batches_done else loader
+            batches.set_epoch(epoch)  # accelerate's loaders hand their own epoch count to the sampler at each pass
         for batch in batches:
             with accelerator.accumulate(model):
                 terms = task.compute_loss(model, batch)
@@ -434,6 +525,9 @@ def train(
             record = {}
             if step == 1 or step % args.logging_steps == 0 or step == total_steps:
                 record.update(window.means(accelerator), lr=scheduler.get_last_lr()[0], **updates)
+                if args.train_shards:  # skipped by every process so far
+                    corrupt = torch.tensor(loader.corrupt_samples, device=accelerator.device)
+                    record["corrupt_samples"] = int(accelerator.reduce(corrupt, reduction="sum").item())
                 progress.set_postfix(loss=f"{record['loss']:.3f}")
             if eval_dataset is not None and args.eval_steps > 0 and (step % args.eval_steps == 0
                                                                      or step == total_steps):
@@ -446,11 +540,15 @@ def train(
             if args.checkpointing_steps > 0 and (step % args.checkpointing_steps == 0 or step == total_steps):
                 state = {"epoch": epoch, "batches_in_epoch": batches_done, "history": history,
                          "run_name": run_name, "training_args": asdict(args)}
-                process_state = {"task": task.state_dict(), "loss_window": window.state_dict()}
+                process_state = {"task": task.state_dict(), "loss_window": window.state_dict(),
+                                 **({"data_loader": loader.state_dict()} if args.train_shards else {})}
                 save_checkpoint(accelerator, run_dir, step, state, process_state, args.save_total_limit,
                                 lambda directory: task.save_files(directory, accelerator))
             if step >= total_steps:
                 break
+        else:
+            if args.train_shards:  # the stream ran out: the next epoch
+                epoch, batches_done = epoch + 1, 0
     progress.close()
     accelerator.wait_for_everyone()
     return model, history
