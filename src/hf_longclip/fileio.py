@@ -1,5 +1,6 @@
-"""Atomic file writes: readers (and a run killed mid-write) never see a partial file."""
+"""Atomic file writes (readers, and a run killed mid-write, never see a partial file) and file checksums."""
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -19,3 +20,12 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
         Path(temp).unlink(missing_ok=True)
         raise
     return path
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

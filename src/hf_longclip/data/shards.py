@@ -23,7 +23,6 @@ resumed run sees exactly the samples an uninterrupted run would, at the cost of 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import logging
@@ -39,6 +38,8 @@ import torch
 from braceexpand import braceexpand
 from PIL import Image
 from tqdm.auto import tqdm
+
+from ..fileio import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -133,15 +134,8 @@ def _write_shard(dataset: datasets.Dataset, index: int, start: int, stop: int, p
     with temp.open("rb") as handle:
         os.fsync(handle.fileno())
     os.replace(temp, path)
-    return {"name": path.name, "samples": stop - start, "bytes": path.stat().st_size, "sha256": _sha256(path)}
+    return {"name": path.name, "samples": stop - start, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_shards(dataset: datasets.Dataset, output_dir: str | Path, shard_size: int = 1000, num_workers: int = 1,
@@ -165,7 +159,7 @@ def write_shards(dataset: datasets.Dataset, output_dir: str | Path, shard_size: 
     entries, pending = {}, []
     for index, (name, (start, stop)) in enumerate(zip(names, bounds)):
         old, path = previous.get(name), output_dir / name
-        if old and old["samples"] == stop - start and path.is_file() and _sha256(path) == old["sha256"]:
+        if old and old["samples"] == stop - start and path.is_file() and sha256_file(path) == old["sha256"]:
             entries[name] = old
         else:
             pending.append((index, start, stop, path))

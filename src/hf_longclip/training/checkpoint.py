@@ -9,7 +9,6 @@ either a whole checkpoint or a `.tmp-*` directory that is ignored and cleaned up
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -19,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from ..fileio import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -33,17 +34,10 @@ def checkpoint_name(step: int) -> str:
     return f"step_{step:08d}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def _manifest(directory: Path) -> dict[str, dict]:
     return {
-        str(path.relative_to(directory)): {"size": path.stat().st_size, "sha256": _sha256(path)}
+        str(path.relative_to(directory)): {"size": path.stat().st_size, "sha256": sha256_file(path)}
         for path in sorted(directory.rglob("*"))
         if path.is_file() and path.name != STATE_FILE
     }
@@ -141,7 +135,7 @@ def checkpoint_problem(path: Path) -> str | None:
             return f"missing file {name}"
         if file.stat().st_size != expected["size"]:
             return f"{name} has {file.stat().st_size} bytes, expected {expected['size']}"
-        if _sha256(file) != expected["sha256"]:
+        if sha256_file(file) != expected["sha256"]:
             return f"{name} does not match its SHA-256"
     return None
 
