@@ -9,8 +9,14 @@ from transformers import (
     AutoProcessor,
 )
 
-from .models.cast import CASTForImageClassification, CASTImageProcessor, CASTVisionConfig, CASTVisionModel
+from .models.cast import (
+    CASTForImageClassification,
+    CASTImageProcessor,
+    CASTVisionConfig,
+    CASTVisionModel,
+)
 from .models.ditm import DITMConfig, DITMModel, DITMProcessor
+from .models.fcast import FCASTConfig, FCASTModel, FCASTProcessor
 from .models.himo_clip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
 from .models.onelip import OneLIPConfig, OneLIPModel, OneLIPProcessor
 
@@ -43,6 +49,7 @@ def _register_vision(config_class, model_class, classifier_class, image_processo
 _register(HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor)
 _register(DITMConfig, DITMModel, DITMProcessor)
 _register(OneLIPConfig, OneLIPModel, OneLIPProcessor)
+_register(FCASTConfig, FCASTModel, FCASTProcessor)
 _register_vision(CASTVisionConfig, CASTVisionModel, CASTForImageClassification, CASTImageProcessor)
 
 __all__ = [
@@ -53,6 +60,9 @@ __all__ = [
     "DITMConfig",
     "DITMModel",
     "DITMProcessor",
+    "FCASTConfig",
+    "FCASTModel",
+    "FCASTProcessor",
     "HiMoCLIPConfig",
     "HiMoCLIPModel",
     "HiMoCLIPProcessor",

@@ -7,6 +7,7 @@ Models call them in `forward(return_loss=True)`; the training loop logs every te
 | `MoLoLoss` | global_loss, component_loss | HiMo-CLIP Eq. 2-4 (HiDe: `hide_components`) |
 | `OneLIPLoss` | coarse_loss, token_loss, contrastive_loss | OneLIP Eq. 1, 3-7, 10 (TRIM, token distillation; queued hard negatives in Eq. 1) |
 | `SigLipLoss` | sigmoid_loss | SigLIP pairwise sigmoid (F-CAST Eq. 7-8) |
+| `FCASTLoss` | part_loss, whole_loss | F-CAST Eq. 6-8: text-grounded (AttnPool) part-level and whole-level sigmoid |
 | `DITMLoss` | triplet_loss, order_loss | DITM Eq. 4-7: adaptive triplet (VSE++ hardest negatives), ordering |
 
 Each module imports only torch and the shared modelling code, so it travels in a model's remote-code bundle. State
@@ -15,6 +16,7 @@ that needs more (PO-HNM's disk-backed queues, mined with faiss) lives in `hf_lon
 
 from .clip import ClipLoss
 from .ditm import DITMLoss, adaptive_triplet_loss, ordering_loss
+from .fcast import FCASTLoss, part_level_queries, part_level_sigmoid_loss
 from .molo import MoLoLoss, hide_components, num_principal_components
 from .onelip import OneLIPLoss, TRIMRefine, trim_scores, trim_select
 from .sigmoid import SigLipLoss
@@ -22,6 +24,7 @@ from .sigmoid import SigLipLoss
 __all__ = [
     "ClipLoss",
     "DITMLoss",
+    "FCASTLoss",
     "MoLoLoss",
     "OneLIPLoss",
     "SigLipLoss",
@@ -30,6 +33,8 @@ __all__ = [
     "hide_components",
     "num_principal_components",
     "ordering_loss",
+    "part_level_queries",
+    "part_level_sigmoid_loss",
     "trim_scores",
     "trim_select",
 ]

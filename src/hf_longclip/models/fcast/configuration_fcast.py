@@ -1,0 +1,101 @@
+"""F-CAST configuration ("Aligning Forest and Trees in Images and Long Captions", Sec. 3-4.1): a CAST vision
+configuration, a hierarchical text configuration (stage 1 over each chunk, stage 2 over the chunk embeddings) and
+the two-level loss's temperatures and biases."""
+
+import math
+
+from huggingface_hub.dataclasses import strict
+from transformers import CLIPTextConfig, PreTrainedConfig
+
+from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+from hf_longclip.models.cast.configuration_cast import CASTVisionConfig
+
+
+class FCASTTextConfig(CLIPTextConfig):
+    r"""
+    Configuration of F-CAST's hierarchical text encoder (Eq. 1-3): [`CLIPTextConfig`] arguments describe stage 1
+    (`num_hidden_layers` = L1 = 8 blocks, causal, `max_position_embeddings` = 77 tokens per chunk, pooled at the
+    end-of-text token); stage 2 has the same width and heads and these:
+
+    num_stage2_layers (`int`, defaults to 4):
+        L2, the blocks of stage 2 (bidirectional, over [CLS] and the chunk embeddings).
+    num_chunks (`int`, defaults to 4):
+        N, the chunks of a long caption: stage 2's context is N plus [CLS] (a caption may also come as fewer chunks).
+    adapter_reduction (`int`, defaults to 4), adapter_ratio (`float`, defaults to 0.2):
+        The residual MLP adapter before stage 2 (CLIP-Adapter, Gao et al. 2024): x + ratio * (MLP(x) - x), MLP =
+        Linear(D, D / reduction), ReLU, Linear(D / reduction, D), ReLU (CLIP-Adapter's values).
+    """
+
+    model_type = "fcast_text_model"
+
+    num_hidden_layers: int = 8
+    max_position_embeddings: int = 77
+    num_stage2_layers: int = 4
+    num_chunks: int = 4
+    adapter_reduction: int = 4
+    adapter_ratio: float = 0.2
+
+    def __post_init__(self, **kwargs):
+        if self.num_stage2_layers < 1:
+            raise ValueError(f"num_stage2_layers must be >= 1, got {self.num_stage2_layers}")
+        if self.num_chunks < 1:
+            raise ValueError(f"num_chunks must be >= 1, got {self.num_chunks}")
+        if self.adapter_reduction < 1 or self.hidden_size % self.adapter_reduction:
+            raise ValueError(f"adapter_reduction must divide hidden_size ({self.hidden_size}), got "
+                             f"{self.adapter_reduction}")
+        if not 0.0 <= self.adapter_ratio <= 1.0:
+            raise ValueError(f"adapter_ratio must be in [0, 1], got {self.adapter_ratio}")
+        super().__post_init__(**kwargs)
+
+
+@strict
+class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
+    r"""
+    Configuration of [`FCASTModel`]: `text_config` ([`FCASTTextConfig`]), `vision_config` ([`CASTVisionConfig`]).
+
+    projection_dim (`int`, defaults to 512):
+        The joint embedding width (Sec. 4.1: 512 for image and text features).
+    pool_heads (`int`, defaults to 8):
+        Heads of the text-grounded attention pooling (Eq. 6); must divide `projection_dim`.
+    grounding_stage (`int`, defaults to 1):
+        Which CAST stage's segment tokens the pooling attends to: the second (index 1, 64 segments, v^fine).
+    part_logit_scale_init_value, whole_logit_scale_init_value (`float`, defaults to log(1 / 0.07)):
+        log of the temperature factor tau_part / tau_whole of Eq. 7-8 (Sec. 4.1: temperature 0.07, so the logits are
+        scaled by 1 / 0.07 at the start; learnable, stored as a log).
+    part_logit_bias_init_value, whole_logit_bias_init_value (`float`, defaults to -10.0):
+        b_part / b_whole (Sec. 4.1, SigLIP's -10).
+    part_loss_weight (`float`, defaults to 1.0):
+        Weight of L_part in L = L_part + L_whole; 0 trains "F-CAST w/o part alignment" (Table 5).
+    """
+
+    model_type = "fcast"
+    sub_configs_defaults = {"text_config": FCASTTextConfig, "vision_config": CASTVisionConfig}
+
+    text_config: dict | FCASTTextConfig | None = None
+    vision_config: dict | CASTVisionConfig | None = None
+    projection_dim: int = 512
+    pool_heads: int = 8
+    grounding_stage: int = 1
+    part_logit_scale_init_value: float = math.log(1 / 0.07)
+    whole_logit_scale_init_value: float = math.log(1 / 0.07)
+    part_logit_bias_init_value: float = -10.0
+    whole_logit_bias_init_value: float = -10.0
+    part_loss_weight: float = 1.0
+    initializer_factor: float = 1.0
+
+    def __post_init__(self, **kwargs):
+        for key in ("text_config", "vision_config"):
+            value = getattr(self, key)
+            if isinstance(value, dict):
+                setattr(self, key, {k: v for k, v in value.items() if k != "model_type"})
+        super().__post_init__(**kwargs)
+        if self.projection_dim < 1 or self.pool_heads < 1 or self.projection_dim % self.pool_heads:
+            raise ValueError(f"pool_heads ({self.pool_heads}) must divide projection_dim ({self.projection_dim})")
+        stages = len(self.vision_config.depths)
+        if not 0 <= self.grounding_stage < stages:
+            raise ValueError(f"grounding_stage must index one of CAST's {stages} stages, got {self.grounding_stage}")
+        if self.part_loss_weight < 0:
+            raise ValueError(f"part_loss_weight must be >= 0, got {self.part_loss_weight}")
+
+
+__all__ = ["FCASTConfig", "FCASTTextConfig"]

@@ -1,0 +1,293 @@
+"""F-CAST ("Aligning Forest and Trees in Images and Long Captions for Cross-Domain Grounding", Sec. 3).
+
+Vision: CAST (`CASTVisionModel`); its final [CLS] token, projected, is the whole-image embedding v^coarse, and the
+segment tokens of its second stage (64 segments, v^fine) are what sub-captions ground in.
+Text: a hierarchical transformer (Eq. 1-3). A long caption comes as N chunks of at most 77 tokens; stage 1 (CLIP's
+causal text transformer, L1 = 8 blocks) encodes every chunk of the batch independently as one packed batch and
+pools each at its end-of-text token (t^sub, Eq. 1-2); a residual MLP adapter refines them; stage 2 (L2 = 4
+bidirectional blocks over [CLS] and the N chunk embeddings, with learned positions) gives the long-caption
+embedding t^long at [CLS] (Eq. 3).
+Training (`forward(return_loss=True)`): the two-level sigmoid loss `hf_longclip.objectives.fcast.FCASTLoss`
+(Eq. 6-8), with the text-grounded attention pooling (FLAIR's AttnPool) owned by the model. Inference uses the
+whole level only: the image [CLS] against t^long, both independent of the other modality.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import CLIPTextModel, PreTrainedModel
+from transformers import initialization as init
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+from transformers.models.clip.modeling_clip import CLIPEncoderLayer
+from transformers.utils.generic import can_return_tuple
+
+from hf_longclip.modeling_common.dual_encoder import (
+    DualEncoderMixin,
+    DualEncoderOutput,
+    end_of_text_positions,
+)
+from hf_longclip.modeling_common.pooling import AttentionPool
+from hf_longclip.models.cast.modeling_cast import CASTVisionModel
+from hf_longclip.objectives.fcast import FCASTLoss
+
+from .configuration_fcast import FCASTConfig, FCASTTextConfig
+
+
+@dataclass
+class FCASTTextOutput(BaseModelOutputWithPooling):
+    r"""
+    pooler_output (`torch.FloatTensor` of shape `(batch, projection_dim)`):
+        The projected long-caption embedding t^long (Eq. 3).
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, 1 + chunks, hidden_size)`):
+        Stage 2's output over [CLS] and the chunk embeddings, after its final LayerNorm.
+    hidden_states, attentions:
+        Stage 1's, for the (batch x chunks) packed chunks, when asked for.
+    sub_caption_embeds (`torch.FloatTensor` of shape `(batch, chunks, projection_dim)`):
+        The projected stage-1 embedding t^sub of every chunk (Eq. 1-2), before the adapter.
+    """
+
+    sub_caption_embeds: torch.FloatTensor | None = None
+
+
+@dataclass
+class FCASTGroundingOutput(BaseModelOutputWithPooling):
+    r"""
+    segment_attention (`torch.FloatTensor` of shape `(batch, sub_captions, segments)`):
+        The head-averaged AttnPool attention of each sub-caption over the grounding stage's segments (Eq. 6).
+    pixel_attention (`torch.FloatTensor` of shape `(batch, sub_captions, height, width)`):
+        The same attention carried to the pixels through CAST's soft assignments (each pixel gets its superpixel's
+        share, so the map sums to one over superpixels, not over pixels).
+    """
+
+    segment_attention: torch.FloatTensor | None = None
+    pixel_attention: torch.FloatTensor | None = None
+
+
+class FCASTAdapter(nn.Module):
+    """Residual MLP adapter (CLIP-Adapter, Gao et al. 2024) before stage 2: x + ratio * (MLP(x) - x)."""
+
+    def __init__(self, config: FCASTTextConfig):
+        super().__init__()
+        self.ratio = config.adapter_ratio
+        width = config.hidden_size // config.adapter_reduction
+        self.mlp = nn.Sequential(nn.Linear(config.hidden_size, width, bias=False), nn.ReLU(),
+                                 nn.Linear(width, config.hidden_size, bias=False), nn.ReLU())
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return (1 - self.ratio) * hidden_states + self.ratio * self.mlp(hidden_states)
+
+
+class FCASTTextStage2(nn.Module):
+    """Stage 2 (Eq. 3): [CLS] and the adapted chunk embeddings plus learned positions (context N + 1), L2 of CLIP's
+    pre-norm blocks without a causal mask, a final LayerNorm; returns all states (the [CLS] one first)."""
+
+    def __init__(self, config: FCASTTextConfig):
+        super().__init__()
+        self.config = config
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
+        self.position_embedding = nn.Embedding(config.num_chunks + 1, config.hidden_size)
+        self.layers = nn.ModuleList([CLIPEncoderLayer(config) for _ in range(config.num_stage2_layers)])
+        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, chunk_embeds: torch.Tensor, **kwargs) -> torch.Tensor:
+        cls = self.cls_token.expand(chunk_embeds.shape[0], -1, -1).to(chunk_embeds.dtype)
+        hidden_states = torch.cat([cls, chunk_embeds], dim=1)
+        hidden_states = hidden_states + self.position_embedding.weight[: hidden_states.shape[1]]
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=None)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, mask, **kwargs)
+        return self.final_layer_norm(hidden_states)
+
+
+def segments_to_pixels(attention: torch.Tensor, assignments, superpixels: torch.Tensor) -> torch.Tensor:
+    """(B, Q, H, W): attention (B, Q, S_g) over stage-g segments carried back to stage 0 through the soft
+    assignments (B, S_l, S_l+1) of stages l < g, then to each pixel from its superpixel id (B, H, W)."""
+    for assignment in reversed(assignments):
+        attention = attention @ assignment.transpose(1, 2).to(attention.dtype)
+    batch, queries = attention.shape[:2]
+    labels = superpixels.flatten(1)[:, None].expand(-1, queries, -1)
+    return attention.gather(2, labels).view(batch, queries, *superpixels.shape[-2:])
+
+
+class FCASTPreTrainedModel(PreTrainedModel):
+    config: FCASTConfig
+    config_class = FCASTConfig
+    base_model_prefix = "fcast"
+    main_input_name = "input_ids"
+    input_modalities = ("image", "text")
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["CLIPEncoderLayer", "CASTGraphPooling", "CASTEmbeddings", "CLIPTextEmbeddings"]
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """CLIP's text and CAST's vision initialisations (their own `_init_weights`), F-CAST's parts: stage 2's [CLS]
+        and positions N(0, 0.02), the projections N(0, width^-1/2), the logit scales and biases of Sec. 4.1."""
+        factor = self.config.initializer_factor
+        if isinstance(module, FCASTTextStage2):
+            init.normal_(module.cls_token, std=0.02 * factor)
+            init.normal_(module.position_embedding.weight, std=0.02 * factor)
+            for layer in module.modules():
+                if isinstance(layer, nn.Linear):
+                    init.normal_(layer.weight, std=layer.in_features**-0.5 * factor)
+                    init.zeros_(layer.bias)
+                elif isinstance(layer, nn.LayerNorm):
+                    init.ones_(layer.weight)
+                    init.zeros_(layer.bias)
+        elif isinstance(module, FCASTAdapter):
+            for layer in (module.mlp[0], module.mlp[2]):
+                init.normal_(layer.weight, std=layer.in_features**-0.5 * factor)
+        elif isinstance(module, AttentionPool):
+            attention = module.attention
+            for name in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"):
+                if getattr(attention, name) is not None:
+                    init.xavier_uniform_(getattr(attention, name))
+            init.zeros_(attention.in_proj_bias)
+            init.normal_(attention.out_proj.weight, std=attention.embed_dim**-0.5 * factor)
+            init.zeros_(attention.out_proj.bias)
+            for norm in (module.query_norm, module.token_norm):
+                init.ones_(norm.weight)
+                init.zeros_(norm.bias)
+        elif isinstance(module, FCASTModel):
+            for projection in (module.text_projection, module.visual_projection):
+                init.normal_(projection.weight, std=projection.in_features**-0.5 * factor)
+            init.constant_(module.logit_scale, self.config.whole_logit_scale_init_value)
+            init.constant_(module.logit_bias, self.config.whole_logit_bias_init_value)
+            init.constant_(module.part_logit_scale, self.config.part_logit_scale_init_value)
+            init.constant_(module.part_logit_bias, self.config.part_logit_bias_init_value)
+
+
+class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
+    """F-CAST: CAST vision tower, hierarchical text encoder, projections to `projection_dim`, the text-grounded
+    attention pooling (Eq. 6) and the learnable temperatures and biases of both levels (shape (1,): DeepSpeed
+    rejects 0-dim parameters; `logit_scale`/`logit_bias` are the whole level's, used for inference logits).
+
+    Texts are `input_ids` (batch, chunks, tokens) from [`FCASTProcessor`]; (batch, tokens) is taken as one chunk per
+    caption (a short label, e.g. in the zero-shot pipeline). Images are `pixel_values` with `superpixels`."""
+
+    def __init__(self, config: FCASTConfig):
+        super().__init__(config)
+        text_config, vision_config = config.text_config, config.vision_config
+        self.text_model = CLIPTextModel._from_config(text_config)
+        self.text_adapter = FCASTAdapter(text_config)
+        self.text_stage2 = FCASTTextStage2(text_config)
+        self.vision_model = CASTVisionModel._from_config(vision_config)
+        self.text_projection = nn.Linear(text_config.hidden_size, config.projection_dim, bias=False)
+        self.visual_projection = nn.Linear(vision_config.hidden_size, config.projection_dim, bias=False)
+        self.grounding_pool = AttentionPool(config.projection_dim, config.pool_heads, vision_config.hidden_size)
+        self.logit_scale = nn.Parameter(torch.tensor([config.whole_logit_scale_init_value]))
+        self.logit_bias = nn.Parameter(torch.tensor([config.whole_logit_bias_init_value]))
+        self.part_logit_scale = nn.Parameter(torch.tensor([config.part_logit_scale_init_value]))
+        self.part_logit_bias = nn.Parameter(torch.tensor([config.part_logit_bias_init_value]))
+        self.objective = FCASTLoss(config.part_loss_weight)
+        self.post_init()
+        if not config.part_loss_weight:  # no gradient would reach them (DDP rejects unused parameters): frozen
+            for module in (self.grounding_pool, self.part_logit_scale, self.part_logit_bias):
+                module.requires_grad_(False)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.text_model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.text_model.set_input_embeddings(value)
+
+    def _chunks(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
+        if input_ids.dim() == 2:
+            input_ids = input_ids[:, None]
+            attention_mask = None if attention_mask is None else attention_mask[:, None]
+        if input_ids.dim() != 3:
+            raise ValueError(f"input_ids must be (batch, chunks, tokens) as FCASTProcessor returns them, got "
+                             f"{tuple(input_ids.shape)}")
+        if input_ids.shape[-1] > self.config.text_config.max_position_embeddings:
+            raise ValueError(f"chunks of {input_ids.shape[-1]} tokens exceed stage 1's context of "
+                             f"{self.config.text_config.max_position_embeddings} tokens")
+        end_of_text_positions(input_ids.flatten(0, 1), self.config.text_config.eos_token_id)  # names a missing one
+        return input_ids, attention_mask
+
+    @can_return_tuple
+    def get_text_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                          position_ids: torch.Tensor | None = None, **kwargs) -> FCASTTextOutput:
+        """Eq. 1-3: every chunk through stage 1 as one packed batch, the adapter, stage 2 over the first N chunks;
+        `pooler_output` is the projected t^long, `sub_caption_embeds` the projected t^sub of every chunk."""
+        input_ids, attention_mask = self._chunks(input_ids, attention_mask)
+        batch, chunks, length = input_ids.shape
+        stage1 = self.text_model(
+            input_ids=input_ids.reshape(-1, length), position_ids=position_ids,
+            attention_mask=None if attention_mask is None else attention_mask.reshape(-1, length), **kwargs,
+        )
+        sub = stage1.pooler_output.view(batch, chunks, -1)
+        states = self.text_stage2(self.text_adapter(sub[:, : self.config.text_config.num_chunks]), **kwargs)
+        return FCASTTextOutput(last_hidden_state=states, pooler_output=self.text_projection(states[:, 0]),
+                               sub_caption_embeds=self.text_projection(sub), hidden_states=stage1.hidden_states,
+                               attentions=stage1.attentions)
+
+    @can_return_tuple
+    def get_image_features(self, pixel_values: torch.Tensor, superpixels: torch.Tensor | None = None,
+                           **kwargs) -> BaseModelOutputWithPooling:
+        """CAST's outputs (segment tokens, assignments, masks); `pooler_output` is the projected final [CLS]."""
+        kwargs.pop("interpolate_pos_encoding", None)  # CAST takes any image size
+        outputs = self.vision_model(pixel_values=pixel_values, superpixels=superpixels, return_dict=True, **kwargs)
+        outputs.pooler_output = self.visual_projection(outputs.pooler_output)
+        return outputs
+
+    def _grounding_tokens(self, vision_outputs) -> tuple[torch.Tensor, torch.Tensor]:
+        stage = self.config.grounding_stage
+        return vision_outputs.segment_tokens[stage], vision_outputs.segment_masks[stage] == 0
+
+    @torch.no_grad()
+    def get_grounding(self, pixel_values: torch.Tensor, superpixels: torch.Tensor, input_ids: torch.Tensor,
+                      attention_mask: torch.Tensor | None = None) -> FCASTGroundingOutput:
+        """Where each sub-caption grounds in its image (Sec. 4.3, Fig. 7): `input_ids` (batch, sub-captions, tokens)
+        hold sub-captions of image i in row i; returns the AttnPool attention over the segments of the grounding
+        stage and over the pixels, and the text-grounded features (`pooler_output`, (batch, sub-captions, D))."""
+        input_ids, attention_mask = self._chunks(input_ids, attention_mask)
+        batch, subs, length = input_ids.shape
+        stage1 = self.text_model(input_ids=input_ids.reshape(-1, length),
+                                 attention_mask=None if attention_mask is None else attention_mask.reshape(-1, length))
+        queries = self.text_projection(stage1.pooler_output).view(batch, subs, -1)
+        vision = self.get_image_features(pixel_values, superpixels)
+        pooled, attention = self.grounding_pool(queries, *self._grounding_tokens(vision))
+        pixels = segments_to_pixels(attention, vision.assignments[: self.config.grounding_stage], superpixels)
+        return FCASTGroundingOutput(pooler_output=pooled, segment_attention=attention, pixel_attention=pixels)
+
+    @can_return_tuple
+    def forward(self, input_ids: torch.LongTensor | None = None, pixel_values: torch.FloatTensor | None = None,
+                superpixels: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.LongTensor | None = None, return_loss: bool | None = None,
+                **kwargs) -> DualEncoderOutput:
+        r"""
+        superpixels (`torch.LongTensor` of shape `(batch, height, width)`):
+            Superpixel ids of every pixel, from [`FCASTProcessor`] (CAST's image processor).
+        return_loss (`bool`, *optional*):
+            The two-level loss (Eq. 7-8): `input_ids` then hold K >= N sub-captions per image, the first N the
+            chunks of its long caption.
+        """
+        if input_ids is None or pixel_values is None:
+            raise ValueError("F-CAST's forward needs both input_ids and pixel_values (with superpixels)")
+        if input_ids.shape[0] == 0 or pixel_values.shape[0] == 0:
+            raise ValueError("the batch is empty: pass at least one text and one image (a non-empty batch)")
+        vision_outputs = self.get_image_features(pixel_values, superpixels, **kwargs)
+        text_outputs = self.get_text_features(input_ids, attention_mask, position_ids, **kwargs)
+        image_embeds = F.normalize(vision_outputs.pooler_output, dim=-1)
+        text_embeds = F.normalize(text_outputs.pooler_output, dim=-1)
+        loss_terms = None
+        if return_loss:
+            subs, chunks = text_outputs.sub_caption_embeds.shape[1], self.config.text_config.num_chunks
+            if subs < chunks:
+                raise ValueError(f"training needs K >= N sub-captions per image (the first N are the long caption's "
+                                 f"chunks), got K = {subs} < N = {chunks}")
+            loss_terms = self.objective(
+                image_embeds, text_embeds, text_outputs.sub_caption_embeds, *self._grounding_tokens(vision_outputs),
+                self.grounding_pool, self.part_logit_scale.exp(), self.part_logit_bias, self.logit_scale.exp(),
+                self.logit_bias,
+            )
+        output = self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, loss_terms)
+        output.logits_per_text = output.logits_per_text + self.logit_bias
+        output.logits_per_image = output.logits_per_text.T
+        return output
+
+
+__all__ = ["FCASTGroundingOutput", "FCASTModel", "FCASTPreTrainedModel", "FCASTTextOutput", "segments_to_pixels"]

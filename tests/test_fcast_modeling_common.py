@@ -1,0 +1,127 @@
+"""transformers' common model tests (`ModelTesterMixin`, `ConfigTester` of the installed transformers) for
+`FCASTModel`, reusing `DualEncoderCommonTests` (its skips and reasons) with a model tester whose inputs are F-CAST's:
+texts as (batch, chunks, tokens) with the end-of-text token in every chunk, pixel values and superpixel label maps
+(some ids without pixels: padding). `FCASTUsageTest` runs in any case: tuple outputs, torch.compile without graph
+breaks, and the clear error for a chunk without its end-of-text token."""
+
+import tempfile
+import unittest
+
+import pytest
+import torch
+from test_modeling_common import UNAVAILABLE, DualEncoderCommonTests, seed_test_inputs
+from transformers.testing_utils import require_torch, torch_device
+
+from hf_longclip import CASTVisionConfig, FCASTConfig, FCASTModel
+from hf_longclip.models.fcast import FCASTTextConfig
+
+if UNAVAILABLE is None:
+    from test_modeling_common import ConfigTester
+
+
+class FCASTModelTester:
+    def __init__(self, parent, batch_size=7, chunks=5, seq_length=7, vocab_size=99, eos_token_id=98, image_size=32,
+                 num_segments=12, is_training=True):
+        self.parent, self.batch_size, self.chunks, self.seq_length = parent, batch_size, chunks, seq_length
+        self.vocab_size, self.eos_token_id, self.image_size = vocab_size, eos_token_id, image_size
+        self.num_segments, self.is_training = num_segments, is_training
+        self.expected_num_hidden_layers = 3  # stage 1 (2 blocks) and CAST (depths 1 + 1): embeddings + 2 states
+
+    def get_config(self) -> FCASTConfig:
+        text = dict(vocab_size=self.vocab_size, hidden_size=32, intermediate_size=37, num_attention_heads=4,
+                    num_hidden_layers=2, num_stage2_layers=1, num_chunks=4, max_position_embeddings=16,
+                    bos_token_id=0, pad_token_id=1, eos_token_id=self.eos_token_id)
+        vision = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37, image_size=self.image_size,
+                      num_segments=self.num_segments, depths=[1, 1], num_clusters=[5])
+        return FCASTConfig(text_config=text, vision_config=vision, projection_dim=16, pool_heads=2)
+
+    def prepare_config_and_inputs(self):
+        shape = (self.batch_size, self.chunks, self.seq_length)
+        input_ids = torch.randint(2, self.eos_token_id, shape)
+        lengths = torch.randint(2, self.seq_length + 1, shape[:2])
+        positions = torch.arange(self.seq_length)
+        attention_mask = (positions < lengths[..., None]).long()
+        input_ids[positions == lengths[..., None] - 1] = self.eos_token_id
+        blocks = torch.randint(0, self.num_segments, (self.batch_size, self.image_size // 8, self.image_size // 4))
+        superpixels = blocks.repeat_interleave(8, 1).repeat_interleave(4, 2)
+        pixel_values = torch.rand(self.batch_size, 3, self.image_size, self.image_size)
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "pixel_values": pixel_values,
+                  "superpixels": superpixels}
+        return self.get_config(), {k: v.to(torch_device) for k, v in inputs.items()}
+
+    def prepare_config_and_inputs_for_common(self):
+        config, inputs = self.prepare_config_and_inputs()
+        return config, {**inputs, "return_loss": True}
+
+    def create_and_check_model(self, config, inputs):
+        model = FCASTModel(config).to(torch_device).eval()
+        with torch.no_grad():
+            result = model(**inputs)
+        self.parent.assertEqual(result.logits_per_image.shape, (self.batch_size, self.batch_size))
+        self.parent.assertEqual(result.text_model_output.sub_caption_embeds.shape, (self.batch_size, self.chunks, 16))
+
+    def create_and_check_model_with_loss(self, config, inputs):
+        model = FCASTModel(config).to(torch_device).train()
+        result = model(**inputs, return_loss=True)
+        self.parent.assertEqual(set(result.loss_terms), {"part_loss", "whole_loss"})
+        self.parent.assertTrue(torch.isfinite(result.loss))
+        result.loss.backward()
+        self.parent.assertTrue(all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None))
+
+
+@require_torch
+@unittest.skipIf(UNAVAILABLE is not None, UNAVAILABLE)
+class FCASTModelTest(DualEncoderCommonTests, unittest.TestCase):
+    all_model_classes = (FCASTModel,)
+    config_class = FCASTConfig
+    additional_model_inputs = ["pixel_values", "superpixels"]
+    test_torch_exportable = False  # see FCASTUsageTest: CAST's checks are data-dependent (as CASTVisionModelTest)
+
+    def setUp(self):
+        seed_test_inputs()
+        self.model_tester = FCASTModelTester(self)
+        self.config_tester = ConfigTester(self, config_class=FCASTConfig, has_text_modality=False,
+                                          common_properties=["projection_dim", "pool_heads", "part_loss_weight"],
+                                          pool_heads=4, part_loss_weight=0.5, grounding_stage=0)
+
+    def test_model(self):
+        self.model_tester.create_and_check_model(*self.model_tester.prepare_config_and_inputs())
+
+    def test_model_with_loss(self):
+        self.model_tester.create_and_check_model_with_loss(*self.model_tester.prepare_config_and_inputs())
+
+    def test_load_vision_text_config(self):
+        config, _ = self.model_tester.prepare_config_and_inputs()
+        with tempfile.TemporaryDirectory() as tmp_dir_name:
+            config.save_pretrained(tmp_dir_name)
+            self.assertDictEqual(config.vision_config.to_dict(),
+                                 CASTVisionConfig.from_pretrained(tmp_dir_name).to_dict())
+            self.assertDictEqual(config.text_config.to_dict(), FCASTTextConfig.from_pretrained(tmp_dir_name).to_dict())
+
+
+class FCASTUsageTest(unittest.TestCase):
+    def setUp(self):
+        seed_test_inputs()
+        config, self.inputs = FCASTModelTester(self).prepare_config_and_inputs()
+        torch.manual_seed(0)
+        self.model = FCASTModel(config).to(torch_device).eval()
+        with torch.no_grad():
+            self.expected = self.model(**self.inputs)
+
+    def test_return_dict_false(self):
+        with torch.no_grad():
+            as_tuple = self.model(**self.inputs, return_dict=False)
+        self.assertIsInstance(as_tuple, tuple)
+        torch.testing.assert_close(as_tuple[0], self.expected.logits_per_image)
+
+    def test_torch_compile_fullgraph(self):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(self.model, fullgraph=True, backend="eager")(**self.inputs)
+        torch.testing.assert_close(out.logits_per_image, self.expected.logits_per_image)
+
+    def test_chunk_without_end_of_text_token_is_a_clear_error(self):
+        input_ids = self.inputs["input_ids"].clone()
+        input_ids[1, 2][input_ids[1, 2] == 98] = 5
+        with pytest.raises(ValueError, match="end-of-text"):
+            self.model(**{**self.inputs, "input_ids": input_ids})
