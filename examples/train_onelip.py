@@ -55,7 +55,7 @@ from hf_longclip.training.recipe import (
     train_base_clip,
     train_variants,
 )
-from hf_longclip.training.negative_bank import NegativeBank, default_bank_directory
+from hf_longclip.training.negative_bank import NegativeBank, default_bank_directory, model_digest
 from hf_longclip.training.task import ContrastiveTask, OneLIPTask
 
 BASE = "clip-77"
@@ -166,11 +166,12 @@ def train_table4(accelerator, args: ScriptArguments, variants: list[str], base: 
     if any(TABLE4[variant][0] for variant in variants):
         with whole_model_init(accelerator):
             base_clip = load_clip(base)
+        digest = model_digest(base_clip)
         directory = args.negative_bank or default_bank_directory(
-            Path(loop_args.output_dir) / "negative_bank", data["train"], base_clip)
+            Path(loop_args.output_dir) / "negative_bank", data["train"], digest)
         processor = HiMoCLIPProcessor(image_processor=parts[1], tokenizer=parts[0], max_length=BASE_LENGTH)
         bank = NegativeBank.build_or_load(directory, data["train"], base_clip, processor, accelerator,
-                                          batch_size=loop_args.per_device_eval_batch_size)
+                                          batch_size=loop_args.per_device_eval_batch_size, base_digest=digest)
     return train_variants(
         accelerator, variants,
         lambda variant: build(args, base, parts, variant, loop_args.seed, switch_step, bank, loop_args.output_dir),

@@ -102,13 +102,14 @@ class NegativeBank:
     def build_or_load(
         cls, directory: str | Path, dataset, base: CLIPModel, processor, accelerator: Accelerator,
         batch_size: int = 256, text_column: str = "caption", captions_column: str = "captions",
-        image_column: str = "image",
+        image_column: str = "image", base_digest: str | None = None,
     ) -> NegativeBank:
         """The bank of `dataset` (a `datasets.Dataset`) under `base` in `directory`: loaded and checked if it exists,
         otherwise built, every process encoding a contiguous share of the samples, with a progress bar.
-        `processor` tokenises (truncating at the base's 77 positions) and preprocesses images."""
+        `processor` tokenises (truncating at the base's 77 positions) and preprocesses images. `base_digest`:
+        `model_digest(base)` if the caller has it already (hashing a ViT-B/16 reads 600 MB)."""
         directory = Path(directory)
-        fingerprint, digest = dataset._fingerprint, model_digest(base)
+        fingerprint, digest = dataset._fingerprint, base_digest or model_digest(base)
         if not (directory / METADATA).is_file():
             texts = dataset.select_columns([c for c in (text_column, captions_column) if c in dataset.column_names])
             per_sample = [sample_captions(row, text_column, captions_column) for row in texts]
@@ -172,9 +173,9 @@ class NegativeBank:
         write_atomic(directory / METADATA, json.dumps(metadata, indent=1))
 
 
-def default_bank_directory(cache_root: str | Path, dataset, base: CLIPModel) -> Path:
+def default_bank_directory(cache_root: str | Path, dataset, base_digest: str) -> Path:
     """`<cache_root>/<dataset fingerprint>-<base digest prefix>`: one bank per (data, base) pair."""
-    return Path(cache_root) / f"{dataset._fingerprint}-{model_digest(base)[:16]}"
+    return Path(cache_root) / f"{dataset._fingerprint}-{base_digest[:16]}"
 
 
 def _unit_f16(embeds: torch.Tensor) -> np.ndarray:
