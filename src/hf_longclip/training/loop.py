@@ -217,8 +217,9 @@ class StreamedBatches:
             collate_fn=_CountingCollator(collate_fn), drop_last=True,
             generator=torch.Generator().manual_seed(args.seed),  # worker seeds: not drawn from the training RNG
         )
-        counts = shard_sample_counts(urls)
-        smallest = min(sum(counts[process::world]) for process in range(world))
+        # datasets deals each process len(urls) / world shards anew each epoch (after shuffling their order): the
+        # smallest share it can get is the sum of the smallest shards
+        smallest = sum(sorted(shard_sample_counts(urls))[: len(urls) // world])
         workers = max(1, args.dataloader_num_workers)  # each drops its last partial batch
         self.estimated_batches = smallest // args.per_device_train_batch_size - (workers - 1)
         if self.estimated_batches < 1:
