@@ -240,11 +240,6 @@ class ShardStream(torch.utils.data.IterableDataset):
             raise ValueError(f"the shards hold no image field ({'/'.join(IMAGE_EXTENSIONS)}), only "
                              f"{sorted(stream.features)}")
 
-    @property
-    def shard_urls(self) -> list[str]:
-        """The shards this process reads (datasets' assignment: every world_size-th)."""
-        return self.urls[self.rank::self.world_size]
-
     def set_epoch(self, epoch: int) -> None:
         """Call in the main process, before the epoch's iterator starts its workers: they inherit the epoch.
         (`datasets` keeps it in a tensor shared with the workers and updates it by read-modify-write, so two

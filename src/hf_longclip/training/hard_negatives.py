@@ -52,7 +52,6 @@ from .negative_bank import NegativeBank
 
 QUEUE_DTYPE = np.dtype([("index", "<i4"), ("difficulty", "<f2")])  # one stored negative: 6 bytes
 EMPTY = -1  # index of an empty queue slot
-NEVER = -1  # "refreshed at" of a queue not filled yet
 QUEUE_FILE = "queues.bin"
 
 
