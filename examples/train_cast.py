@@ -13,13 +13,13 @@ the collate function, i.e. where the data loader runs.
 
 Writes `<output_dir>/{cast,vit}/` checkpoints with their image processors (AutoModelForImageClassification and
 AutoImageProcessor load both; CAST's with trust_remote_code=True), `results.json` (accuracies are those of the saved
-checkpoints) and `hierarchy.png`, CAST's fine-to-coarse segmentations of test images (F-CAST Fig. 6). Two
-data-loader workers (`--dataloader_num_workers`) compute the superpixels while the model trains.
+checkpoints), `loss_curves.png`, `summary.json` / `summary.png` and `hierarchy.png`, CAST's fine-to-coarse
+segmentations of test images (F-CAST Fig. 6). Two data-loader workers (`--dataloader_num_workers`) compute the
+superpixels while the model trains. Seeds (`--seeds 0,1,2`), resume, LoRA and Hub push (with
+`model_cards/cast.md`) as in train_himo.py.
 """
 
-import json
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -27,7 +27,6 @@ from accelerate.utils import set_seed
 from PIL.Image import Resampling
 from transformers import (
     AutoModelForImageClassification,
-    HfArgumentParser,
     ViTConfig,
     ViTForImageClassification,
     ViTImageProcessorPil,
@@ -35,14 +34,27 @@ from transformers import (
 
 from hf_longclip import CASTForImageClassification, CASTImageProcessor, CASTVisionConfig
 from hf_longclip.data.synthetic import CLASSNAMES, SHAPES, load_synthetic_scenes
+from hf_longclip.models.cast import CAST_CARD
 from hf_longclip.plots import plot_segment_hierarchy
-from hf_longclip.training.classification import ClassificationTask, ImageClassificationCollator, accuracy
-from hf_longclip.training.loop import LoopArguments, make_accelerator, save_model, train, whole_model_init
+from hf_longclip.training.classification import (
+    ClassificationTask,
+    ImageClassificationCollator,
+    accuracy,
+)
+from hf_longclip.training.loop import LoopArguments
+from hf_longclip.training.recipe import (
+    publish,
+    run_over_seeds,
+    start_run,
+    train_variants,
+)
 
 LOOP_DEFAULTS = dict(output_dir="outputs/cast", num_train_epochs=5.0, per_device_train_batch_size=64,
                      learning_rate=1e-3, weight_decay=0.05, warmup_steps=20, logging_steps=25,
                      dataloader_num_workers=2)
 MODELS = ("cast", "vit")
+METRICS = ("test_accuracy",)
+MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "cast.md"
 
 
 @dataclass
@@ -81,7 +93,7 @@ def build(name: str, args: ScriptArguments, processor: CASTImageProcessor):
     if name == "cast":
         config = CASTVisionConfig(image_size=args.image_size, num_segments=processor.num_segments,
                                   depths=[1] * depth, num_clusters=args.cluster_list, **common)
-        model, inputs = CASTForImageClassification(config), ("pixel_values", "superpixels")
+        model = CASTForImageClassification(config)
     else:
         config = ViTConfig(image_size=args.image_size, patch_size=args.vit_patch_size, num_hidden_layers=depth,
                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **common)
@@ -89,50 +101,58 @@ def build(name: str, args: ScriptArguments, processor: CASTImageProcessor):
         processor = ViTImageProcessorPil(size={"height": args.image_size, "width": args.image_size},
                                          resample=Resampling.BICUBIC, image_mean=processor.image_mean,
                                          image_std=processor.image_std)
-        model, inputs = ViTForImageClassification(config), ("pixel_values",)
-    return model, ImageClassificationCollator(processor, shape_label, inputs)
+        model = ViTForImageClassification(config)
+    return model, ImageClassificationCollator(processor, shape_label, model_inputs(model))
+
+
+def model_inputs(model) -> tuple[str, ...]:
+    """What each classifier reads: CAST its superpixels too."""
+    return ("pixel_values", "superpixels") if isinstance(model, CASTForImageClassification) else ("pixel_values",)
+
+
+def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, accelerator, run_args: dict,
+        scenes, processor: CASTImageProcessor) -> dict[str, dict]:
+    """One seed's run: both models trained, saved, reloaded and evaluated; CAST's segmentation figure; results."""
+    output_dir = Path(loop_args.output_dir)
+
+    def build_task(name: str):
+        set_seed(loop_args.seed)
+        model, collate = build(name, args, processor)
+        return ClassificationTask(model, collate), collate.image_processor
+
+    def evaluate(model, image_processor):
+        collate = ImageClassificationCollator(image_processor, shape_label, model_inputs(model))
+        result = {"test_accuracy": accuracy(model, collate, scenes["test"]),
+                  "parameters": sum(p.numel() for p in model.parameters())}
+        if isinstance(model, CASTForImageClassification):
+            plot_hierarchy(model, processor, scenes["test"], output_dir / "hierarchy.png")
+        return result
+
+    results, histories = train_variants(accelerator, args.model_list, build_task, evaluate, scenes, loop_args,
+                                        lora_args, auto_class=AutoModelForImageClassification)
+    publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card_template=MODEL_CARD,
+            card_info=CAST_CARD, hub_args=hub_args, run_args=run_args,
+            push_variants=[name for name in args.model_list if name == "cast"])  # the ViT is only the baseline
+    if accelerator.is_main_process:
+        print(f"shape classification on {len(scenes['test'])} test scenes (chance {100 / len(SHAPES):.0f}%):")
+        for name, result in results.items():
+            print(f"  {name}: {result['test_accuracy']:.1f}% test accuracy, {result['parameters']:,} parameters, "
+                  f"trained in {result['train_seconds']:.0f} s")
+    return results
 
 
 def main() -> None:
-    parser = HfArgumentParser((ScriptArguments, LoopArguments))
-    parser.set_defaults(**LOOP_DEFAULTS)
-    args, loop_args = parser.parse_args_into_dataclasses()
-    accelerator = make_accelerator(loop_args)
+    args, _, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
+        "train_cast", ScriptArguments, LOOP_DEFAULTS, backbone=False)
     with accelerator.main_process_first():
         scenes = load_synthetic_scenes(seed=args.dataset_seed, num_train=args.num_train, num_test=args.num_test,
                                        num_validation=2, image_size=args.image_size)  # no validation split used
     processor = CASTImageProcessor(size=args.image_size, num_segments=args.num_segments,
                                    superpixel_method=args.superpixel_method)
-    output_dir = Path(loop_args.output_dir)
-    results = {}
-    for name in args.model_list:
-        set_seed(loop_args.seed)
-        with whole_model_init(accelerator):
-            model, collate = build(name, args, processor)
-        start = time.perf_counter()
-        trained, history = train(ClassificationTask(model, collate), scenes["train"], loop_args, accelerator,
-                                 run_name=name)
-        seconds = time.perf_counter() - start
-        save_model(accelerator, trained, output_dir / name, collate.image_processor)
-        if accelerator.is_main_process:  # evaluate what was saved: the same under every engine, ZeRO-3 included
-            with whole_model_init(accelerator):
-                saved = AutoModelForImageClassification.from_pretrained(output_dir / name, trust_remote_code=True)
-            saved = saved.to(accelerator.device)
-            results[name] = {"test_accuracy": accuracy(saved, collate, scenes["test"]),
-                             "train_seconds": round(seconds, 1), "final_loss": history[-1]["loss"],
-                             "parameters": sum(p.numel() for p in saved.parameters())}
-            if name == "cast":
-                plot_hierarchy(saved, processor, scenes["test"], output_dir / "hierarchy.png")
-        accelerator.wait_for_everyone()
-        accelerator.free_memory()
-    if accelerator.is_main_process:
-        chance = 100.0 / len(SHAPES)
-        (output_dir / "results.json").write_text(json.dumps(
-            {"results": results, "chance": chance, "script": asdict(args), "loop": asdict(loop_args)}, indent=2))
-        print(f"shape classification on {len(scenes['test'])} test scenes (chance {chance:.0f}%):")
-        for name, result in results.items():
-            print(f"  {name}: {result['test_accuracy']:.1f}% test accuracy, {result['parameters']:,} parameters, "
-                  f"trained in {result['train_seconds']:.0f} s")
+    run_over_seeds(accelerator, loop_args, hub_args,
+                   lambda seed_args: run(args, seed_args, lora_args, hub_args, accelerator, run_args, scenes,
+                                         processor),
+                   METRICS, title="train_cast: shape classification")
     accelerator.end_training()
 
 

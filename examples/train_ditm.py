@@ -31,14 +31,26 @@ from pathlib import Path
 import torch
 from accelerate.utils import DistributedType, set_seed
 
-from hf_longclip import DITMModel, DITMProcessor, HiMoCLIPModel, HiMoCLIPProcessor, OneLIPModel, OneLIPProcessor
+from hf_longclip import (
+    DITMModel,
+    DITMProcessor,
+    HiMoCLIPModel,
+    HiMoCLIPProcessor,
+    OneLIPModel,
+    OneLIPProcessor,
+)
 from hf_longclip.data.collate import MultiCaptionCollator
 from hf_longclip.data.descriptiveness import (
     DescriptivenessScorer,
     add_descriptiveness_column,
 )
 from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.evaluation import encode_images, encode_texts, hierarcaps_task, retrieval_task
+from hf_longclip.evaluation import (
+    encode_images,
+    encode_texts,
+    hierarcaps_task,
+    retrieval_task,
+)
 from hf_longclip.models.ditm import DITM_CARD
 from hf_longclip.objectives import DITMLoss
 from hf_longclip.plots import coverage, plot_levels
@@ -47,6 +59,7 @@ from hf_longclip.training.recipe import (
     load_clip,
     parse_variants,
     publish,
+    run_over_seeds,
     start_run,
     train_base_clip,
     train_variants,
@@ -68,7 +81,7 @@ BASE = "clip-infonce"
 # Fine-tuning (Sec. IV-C.2 scaled down): the backbones at a tenth of the rate of the new GPO and the projections.
 LOOP_DEFAULTS = dict(output_dir="outputs/ditm", num_train_epochs=2.0, per_device_train_batch_size=32,
                      learning_rate=2e-4, lr_multipliers="vision_model=0.1,text_model=0.1",
-                     ddp_find_unused_parameters=True)
+                     ddp_find_unused_parameters=True, base_steps=250)
 
 
 @dataclass
@@ -80,9 +93,6 @@ class ScriptArguments:
     captions_per_image: int = field(default=3, metadata={"help": "positives drawn per image in each batch"})
     ditm_warmup_epochs: float = field(default=0.25, metadata={
         "help": "epochs with all negatives and a frozen vision transformer (Sec. IV-C.2: 2 of 25; 0: off)"})
-    base_steps: int = field(default=250, metadata={"help": "optimizer steps of the base CLIP trained from scratch "
-                                                            "(without --init_from_clip)"})
-    base_learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate of that base"})
     dataset_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (images and captions)"})
     num_train: int = field(default=1500, metadata={"help": "synthetic training scenes"})
     num_test: int = field(default=512, metadata={"help": "synthetic test scenes, for the final evaluation"})
@@ -146,24 +156,10 @@ def evaluate(model, processor, test, batch_size: int) -> dict:
             "distance_by_level": distances.mean(dim=0).tolist(), "num_images": len(test)}
 
 
-def main() -> None:
-    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
-        "train_ditm", ScriptArguments, LOOP_DEFAULTS)
+def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args, lora_args, hub_args, accelerator,
+        run_args: dict, scenes, dataset, warmup_steps: int) -> dict[str, dict]:
+    """One seed's run: the base InfoNCE CLIP (unless given), every variant fine-tuned from it, Fig. 8, results."""
     variants = parse_variants(script_args.variants, VARIANTS)
-    with accelerator.main_process_first():
-        scenes = load_synthetic_scenes(seed=script_args.dataset_seed, num_train=script_args.num_train,
-                                       num_test=script_args.num_test, image_size=backbone.image_size)
-        dataset = with_positives(scenes)
-        scorer = DescriptivenessScorer().fit(text for texts in dataset["train"]["positives"] for text in texts)
-        for split in ("train", "validation"):
-            dataset[split] = add_descriptiveness_column(dataset[split], "positives", scorer=scorer)
-    if accelerator.distributed_type == DistributedType.DEEPSPEED and script_args.ditm_warmup_epochs > 0:
-        raise SystemExit("--ditm_warmup_epochs needs one process or DDP: DeepSpeed's optimizer still steps the frozen "
-                         "vision parameters (zero gradients advance their Adam moments, weight decay applies); "
-                         "pass --ditm_warmup_epochs 0 under DeepSpeed")
-    images_per_step = (loop_args.per_device_train_batch_size * accelerator.num_processes
-                       * loop_args.gradient_accumulation_steps)
-    warmup_steps = int(script_args.ditm_warmup_epochs * len(dataset["train"]) / images_per_step)
     test = scenes["test"]
 
     def evaluate_on_test(model, processor):
@@ -172,7 +168,6 @@ def main() -> None:
     base, results, histories = backbone.init_from_clip, {}, {}
     if base is None:  # the pretrained CLIP the paper starts from, here trained from scratch with InfoNCE
         base, results, histories = train_base_clip(accelerator, BASE, backbone, dataset, TEXT_POSITIONS, loop_args,
-                                                   script_args.base_steps, script_args.base_learning_rate,
                                                    evaluate_on_test)
     parts = BackboneArguments(init_from_clip=base).processor_parts(dataset, TEXT_POSITIONS)  # the base's own
     adapted, adapted_histories = train_variants(
@@ -192,6 +187,31 @@ def main() -> None:
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
             card_template=MODEL_CARD, card_info=DITM_CARD, hub_args=hub_args, run_args=run_args,
             base_model=backbone.init_from_clip, push_variants=variants)
+    return results
+
+
+def main() -> None:
+    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
+        "train_ditm", ScriptArguments, LOOP_DEFAULTS)
+    parse_variants(script_args.variants, VARIANTS)  # fail before any work
+    with accelerator.main_process_first():
+        scenes = load_synthetic_scenes(seed=script_args.dataset_seed, num_train=script_args.num_train,
+                                       num_test=script_args.num_test, image_size=backbone.image_size)
+        dataset = with_positives(scenes)
+        scorer = DescriptivenessScorer().fit(text for texts in dataset["train"]["positives"] for text in texts)
+        for split in ("train", "validation"):
+            dataset[split] = add_descriptiveness_column(dataset[split], "positives", scorer=scorer)
+    if accelerator.distributed_type == DistributedType.DEEPSPEED and script_args.ditm_warmup_epochs > 0:
+        raise SystemExit("--ditm_warmup_epochs needs one process or DDP: DeepSpeed's optimizer still steps the frozen "
+                         "vision parameters (zero gradients advance their Adam moments, weight decay applies); "
+                         "pass --ditm_warmup_epochs 0 under DeepSpeed")
+    images_per_step = (loop_args.per_device_train_batch_size * accelerator.num_processes
+                       * loop_args.gradient_accumulation_steps)
+    warmup_steps = int(script_args.ditm_warmup_epochs * len(dataset["train"]) / images_per_step)
+    run_over_seeds(accelerator, loop_args, hub_args,
+                   lambda seed_args: run(script_args, backbone, seed_args, lora_args, hub_args, accelerator, run_args,
+                                         scenes, dataset, warmup_steps),
+                   METRICS, title="train_ditm")
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

@@ -14,35 +14,37 @@ sentence of a test scene names one object whose box is known; its AttnPool atten
 pixels (per superpixel, spread over its area): the pointing game (is the attention peak inside the box?) and the
 attention mass inside the box, against the box's share of the image (what a uniform map scores).
 
-Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`
-and `grounding.png` (three sub-captions per image, head-averaged attention, F-CAST's model).
+Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
+`loss_curves.png`, `summary.json` / `summary.png` and `grounding.png` (three sub-captions per image, head-averaged
+attention, F-CAST's model). Seeds (`--seeds 0,1,2`), resume, LoRA and Hub push (with `model_cards/fcast.md`) as in
+train_himo.py.
 """
 
-import json
-import textwrap
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from accelerate.utils import set_seed
-from transformers import AutoModel, AutoProcessor, HfArgumentParser
 
 from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.evaluation import evaluate_text_lengths, late_difference_pairs
+from hf_longclip.models.fcast import FCAST_CARD
+from hf_longclip.plots import plot_attention_maps
 from hf_longclip.training.fcast_task import FCASTCollator, FCASTTask
-from hf_longclip.training.loop import (
-    LoopArguments,
-    make_accelerator,
-    save_model,
-    train,
-    whole_model_init,
+from hf_longclip.training.loop import LoopArguments
+from hf_longclip.training.recipe import (
+    publish,
+    run_over_seeds,
+    start_run,
+    train_variants,
 )
 
 VARIANTS = {"fcast": 1.0, "fcast-no-part": 0.0}  # name: weight of L_part
+METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i", "pointing_game", "box_mass")
+MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "fcast.md"
 CHUNK_TOKENS = 77
 FIGURE_ROWS = (0, 2, 4)  # test scenes of three different hard-negative groups (rows 2g and 2g + 1 share one)
 LOOP_DEFAULTS = dict(output_dir="outputs/fcast", max_steps=400, per_device_train_batch_size=32,
@@ -120,81 +122,60 @@ def grounding_scores(model: FCASTModel, processor: FCASTProcessor, rows) -> dict
 @torch.no_grad()
 def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Path) -> None:
     """Fig. 7's layout: each image, then the attention maps of three of its object sentences."""
-    from hf_longclip.plots import _pyplot
-
-    plt = _pyplot()
-    fig, axes = plt.subplots(len(rows), 4, figsize=(10, 3.0 * len(rows)), squeeze=False)
-    for ax_row, row in zip(axes, rows):
+    figure_rows = []
+    for row in rows:
         subs = row["sentences"][1:4]
         inputs = processor(text=[subs], images=[row["image"]], padding="longest").to(model.device)
         out = model.get_grounding(inputs["pixel_values"], inputs["superpixels"], inputs["input_ids"],
                                   inputs["attention_mask"])
         density = attention_density(out.pixel_attention[0].cpu(), inputs["superpixels"][0].cpu())
-        crop = processor.image_processor.crop(row["image"])
-        ax_row[0].imshow(crop)
-        ax_row[0].set_title("image", fontsize=8)
-        for ax, sub, heat, box in zip(ax_row[1:], subs, density, row["boxes"]):
-            ax.imshow(crop)
-            ax.imshow(heat.numpy(), cmap="jet", alpha=0.55)
-            size = crop.shape[0]
-            ax.add_patch(plt.Rectangle((box[0] * size, box[1] * size), (box[2] - box[0]) * size,
-                                       (box[3] - box[1]) * size, fill=False, edgecolor="white", linewidth=1.5))
-            ax.set_title(textwrap.fill(sub, 38), fontsize=6.5)
-        for ax in ax_row:
-            ax.axis("off")
-    fig.suptitle("F-CAST AttnPool attention per sub-caption (white: the named object's box)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        figure_rows.append((processor.image_processor.crop(row["image"]),
+                            [(sub, heat.numpy(), box) for sub, heat, box in zip(subs, density, row["boxes"])]))
+    plot_attention_maps(figure_rows, path, "F-CAST AttnPool attention per sub-caption (white: the named object's box)")
+
+
+def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, accelerator, run_args: dict, scenes,
+        processor: FCASTProcessor, pairs) -> dict[str, dict]:
+    """One seed's run: every variant trained, saved, reloaded and evaluated; Fig. 7 of F-CAST's model; results."""
+    test, output_dir = scenes["test"], Path(loop_args.output_dir)
+
+    def build_task(variant: str):
+        set_seed(loop_args.seed)
+        return FCASTTask(build(variant, args, processor),
+                         FCASTCollator(processor, args.num_sub_captions, seed=loop_args.seed)), processor
+
+    def evaluate(model, processor):
+        result = {**evaluate_text_lengths(model, processor, test, pairs, loop_args.per_device_eval_batch_size),
+                  **grounding_scores(model, processor, test.select(range(min(args.grounding_images, len(test)))))}
+        if model.config.part_loss_weight > 0:
+            plot_grounding(model, processor, [test[i] for i in FIGURE_ROWS], output_dir / "grounding.png")
+        return result
+
+    results, histories = train_variants(accelerator, args.variant_list, build_task, evaluate, scenes, loop_args,
+                                        lora_args)
+    publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card_template=MODEL_CARD,
+            card_info=FCAST_CARD, hub_args=hub_args, run_args=run_args)
+    if accelerator.is_main_process:
+        print(f"\nF-CAST miniature ({len(test)} test scenes; {len(pairs)} hard pairs differ only after token "
+              f"{CHUNK_TOKENS}, chance 50; grounding over object sentences, uniform-map box mass "
+              f"{next(iter(results.values()))['uniform_box_mass']:.1f}%)")
+    return results
 
 
 def main() -> None:
-    parser = HfArgumentParser((ScriptArguments, LoopArguments))
-    parser.set_defaults(**LOOP_DEFAULTS)
-    args, loop_args = parser.parse_args_into_dataclasses()
-    accelerator = make_accelerator(loop_args)
+    args, _, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
+        "train_fcast", ScriptArguments, LOOP_DEFAULTS, backbone=False)
     with accelerator.main_process_first():
         scenes = load_synthetic_scenes(seed=args.dataset_seed, num_train=args.num_train, num_test=args.num_test,
                                        num_validation=2, image_size=args.image_size)
     tokenizer = train_scene_tokenizer(scene_corpus(scenes), model_max_length=CHUNK_TOKENS)
     processor = FCASTProcessor(CASTImageProcessor(size=args.image_size, num_segments=args.num_segments), tokenizer,
                                max_length=CHUNK_TOKENS)
-    test, output_dir = scenes["test"], Path(loop_args.output_dir)
-    pairs = late_difference_pairs(test, tokenizer, CHUNK_TOKENS)
-    results = {}
-    for variant in args.variant_list:
-        set_seed(loop_args.seed)
-        with whole_model_init(accelerator):
-            model = build(variant, args, processor)
-        collate = FCASTCollator(processor, args.num_sub_captions, seed=loop_args.seed)
-        start = time.perf_counter()
-        trained, history = train(FCASTTask(model, collate), scenes["train"], loop_args, accelerator, run_name=variant)
-        seconds = time.perf_counter() - start
-        save_model(accelerator, trained, output_dir / variant, processor)
-        if accelerator.is_main_process:  # evaluate what was saved, loaded as a user would
-            with whole_model_init(accelerator):
-                saved = AutoModel.from_pretrained(output_dir / variant, trust_remote_code=True).to(accelerator.device)
-            saved_processor = AutoProcessor.from_pretrained(output_dir / variant, trust_remote_code=True)
-            results[variant] = {
-                **evaluate_text_lengths(saved, saved_processor, test, pairs, loop_args.per_device_eval_batch_size),
-                **grounding_scores(saved, saved_processor, test.select(range(min(args.grounding_images, len(test))))),
-                "train_seconds": round(seconds, 1), "final_loss": history[-1]["loss"]}
-            if variant == "fcast":
-                plot_grounding(saved, saved_processor, [test[i] for i in FIGURE_ROWS], output_dir / "grounding.png")
-        accelerator.wait_for_everyone()
-        accelerator.free_memory()
-    if accelerator.is_main_process:
-        (output_dir / "results.json").write_text(json.dumps(
-            {"results": results, "script": asdict(args), "loop": asdict(loop_args)}, indent=2, default=str))
-        print(f"\nF-CAST miniature ({len(test)} test scenes; {len(pairs)} hard pairs differ only after token "
-              f"{CHUNK_TOKENS}, chance 50; grounding over object sentences, uniform-map box mass "
-              f"{next(iter(results.values()))['uniform_box_mass']:.1f}%):")
-        print(f"{'variant':<15}{'R@1 I2T':>9}{'R@1 T2I':>9}{'hard I2T':>10}{'hard T2I':>10}{'pointing':>10}"
-              f"{'box mass':>10}{'train s':>9}")
-        for variant, r in results.items():
-            print(f"{variant:<15}{r['r1_i2t']:>9.1f}{r['r1_t2i']:>9.1f}{r['hard_r1_i2t']:>10.1f}"
-                  f"{r['hard_r1_t2i']:>10.1f}{r['pointing_game']:>10.1f}{r['box_mass']:>10.1f}"
-                  f"{r['train_seconds']:>9.0f}")
+    pairs = late_difference_pairs(scenes["test"], tokenizer, CHUNK_TOKENS)
+    run_over_seeds(accelerator, loop_args, hub_args,
+                   lambda seed_args: run(args, seed_args, lora_args, hub_args, accelerator, run_args, scenes,
+                                         processor, pairs),
+                   METRICS, title="train_fcast")
     accelerator.end_training()
 
 

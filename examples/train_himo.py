@@ -1,14 +1,30 @@
-"""Train HiMo-CLIP and the baselines it is compared with, then evaluate them on long captions.
+"""Fine-tune a short-caption CLIP to long captions with HiMo-CLIP and the baselines it is compared with, then evaluate
+them on long captions; or run one of the paper's ablations.
 
-    accelerate launch examples/train_himo.py                       # small models from scratch, synthetic scenes, CPU
+    accelerate launch examples/train_himo.py                       # the paper's setting in miniature, CPU, minutes
+    accelerate launch examples/train_himo.py --seeds 0,1,2         # the same over 3 seeds: mean +- std per cell
+    accelerate launch examples/train_himo.py --ablation table5     # Table 5 (also table4, table6, table8)
     accelerate launch examples/train_himo.py --init_from_clip openai/clip-vit-large-patch14 ...
 
-Each variant is trained identically (same data order, steps and optimiser) with its own objective:
-  clip-77    CLIP with 77 text positions, global InfoNCE only
-  clip-248   the same with 248 positions (Long-CLIP stretching when starting from CLIP), global InfoNCE only
+The paper fine-tunes a pretrained short-caption CLIP. Without `--init_from_clip`, that CLIP is a small CLIP-77
+pretrained on the training scenes' first sentences for `--base_steps` (built once and cached under
+`--base_cache_dir`, shared with train_onelip.py; row `clip-77-base`, evaluated as it is; `--base_steps 0` trains
+every variant from scratch instead). Each variant then starts from it and is trained identically (same data order,
+steps and optimiser) with its own objective:
+  clip-77    77 text positions, global InfoNCE only
+  clip-248   Long-CLIP stretching to 248 positions, global InfoNCE only
   himo-clip  248 positions, MoLo = global + lambda * HiDe component InfoNCE (HiMo-CLIP Eq. 4)
+`--ablation` trains, in the same setting, the rows of one of the paper's ablation tables instead (248 positions):
+  table5  L_global; L_comp alone; L_global + L_comp^{u,v} (HiDe on both modalities); L_global + L_comp
+  table4  HiDe threshold tau in 0.8, 0.85, 0.9, 0.95 (with m, the mean number of components kept)
+  table6  MoLo weight lambda in 0.5, 1, 2
+  table8  global batch size in half, 1x and 2x --per_device_train_batch_size (same epochs)
+Evaluation on the test scenes: R@1 both ways, HiMo@2/3/K, SSI (distractor appended; lower is more stable).
+
 Writes `<output_dir>/<variant>/` checkpoints (loadable with AutoModel/AutoProcessor and trust_remote_code=True),
-`eval/<variant>.json`, `results.json`, `prefix_similarity.png` and `loss_curves.png`.
+`eval/<variant>.json`, `results.json`, `prefix_similarity.png`, `loss_curves.png` and `summary.json` / `summary.png`
+(`<ablation>.json` / `.png` under `<output_dir>/<ablation>/` for an ablation); with `--seeds`, one such run per
+seed under `seed-<s>/` and the summary over them.
 
 The same script runs on one CPU or across GPUs and machines (`--config_file examples/accelerate_configs/
 {single,multi_gpu,zero2,zero3}.yaml`), saves its full state every `--checkpointing_steps` and continues exactly
@@ -16,7 +32,7 @@ with `--resume_from_checkpoint latest`, trains LoRA adapters with `--lora_r 16`,
 with a model card with `--push_to_hub --hub_model_id ORG/NAME`.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from accelerate.utils import set_seed
@@ -27,28 +43,43 @@ from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.evaluation import evaluate_long_captions
 from hf_longclip.models.himo_clip import HIMO_CLIP_CARD
 from hf_longclip.plots import coverage, plot_prefix_similarity
+from hf_longclip.training.loop import LoopArguments, whole_model_init
 from hf_longclip.training.recipe import (
+    SHORT_BASE_LENGTH,
     BackboneArguments,
+    load_clip,
     parse_variants,
     publish,
+    run_over_seeds,
+    short_caption_base,
     start_run,
     train_variants,
 )
 from hf_longclip.training.task import ContrastiveTask
 
-VARIANTS = {  # name: (text positions, MoLo lambda or None for the configured one)
-    "clip-77": (77, 0.0),
-    "clip-248": (248, 0.0),
-    "himo-clip": (248, None),
+BASE = "clip-77-base"
+VARIANTS = {  # name: (text positions, MoLo options over the script's defaults)
+    "clip-77": (77, dict(molo_lambda=0.0)),
+    "clip-248": (248, dict(molo_lambda=0.0)),
+    "himo-clip": (248, {}),
+}
+ABLATIONS = {  # table: {row: MoLo options, or the global batch as a multiple of the default}
+    "table5": {"L_global": dict(molo_lambda=0.0), "L_comp": dict(molo_global=False),
+               "L_global+L_comp^uv": dict(hide_modalities="both"), "L_global+L_comp": {}},
+    "table4": {f"tau={tau}": dict(hide_tau=tau) for tau in (0.8, 0.85, 0.9, 0.95)},
+    "table6": {f"lambda={weight}": dict(molo_lambda=weight) for weight in (0.5, 1.0, 2.0)},
+    "table8": {"batch-x0.5": dict(batch_factor=0.5), "batch-x1": dict(batch_factor=1.0),
+               "batch-x2": dict(batch_factor=2.0)},
 }
 MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "himo_clip.md"
-METRICS = ("r1_i2t", "r1_t2i", "himo@2", "himo@3", "himo@k")
+METRICS = ("r1_i2t", "r1_t2i", "himo@2", "himo@3", "himo@k", "ssi")
 LOOP_DEFAULTS = dict(output_dir="outputs/himo", num_train_epochs=2.5)
 
 
 @dataclass
 class ScriptArguments:
     variants: str = field(default="clip-77,clip-248,himo-clip", metadata={"help": f"comma list of {list(VARIANTS)}"})
+    ablation: str | None = field(default=None, metadata={"help": f"train one ablation's rows instead: {list(ABLATIONS)}"})
     hide_tau: float = field(default=0.9, metadata={"help": "HiDe explained-variance threshold (Sec. 3.2)"})
     molo_lambda: float = field(default=1.0, metadata={"help": "MoLo component-loss weight (Eq. 4)"})
     hide_scope: str = field(default="global", metadata={"help": "'global' (gathered batch) or 'local' PCA"})
@@ -56,12 +87,21 @@ class ScriptArguments:
     num_train: int = field(default=4000, metadata={"help": "synthetic training scenes"})
     num_test: int = field(default=512, metadata={"help": "synthetic test scenes, for the final evaluation"})
 
+    def __post_init__(self):
+        if self.ablation is not None and self.ablation not in ABLATIONS:
+            raise ValueError(f"--ablation must be one of {list(ABLATIONS)}, got {self.ablation!r}")
 
-def build(args: ScriptArguments, backbone: BackboneArguments, dataset, variant: str,
+    def rows(self) -> dict[str, tuple[int, dict]]:
+        """{variant: (text positions, options)} of this run: the chosen variants, or the ablation's rows."""
+        if self.ablation:
+            return {row: (248, options) for row, options in ABLATIONS[self.ablation].items()}
+        return {variant: VARIANTS[variant] for variant in parse_variants(self.variants, VARIANTS)}
+
+
+def build(args: ScriptArguments, backbone: BackboneArguments, dataset, positions: int, options: dict,
           seed: int) -> tuple[ContrastiveTask, HiMoCLIPProcessor]:
-    positions, molo_lambda = VARIANTS[variant]
-    options = dict(hide_tau=args.hide_tau, molo_lambda=args.molo_lambda if molo_lambda is None else molo_lambda,
-                   hide_scope=args.hide_scope)
+    defaults = dict(hide_tau=args.hide_tau, molo_lambda=args.molo_lambda, hide_scope=args.hide_scope)
+    options = {**defaults, **{key: value for key, value in options.items() if key != "batch_factor"}}
     set_seed(seed)  # identical initialisation for every variant
     tokenizer, image_processor = backbone.processor_parts(dataset, positions)
     if backbone.init_from_clip:
@@ -72,29 +112,67 @@ def build(args: ScriptArguments, backbone: BackboneArguments, dataset, variant: 
     return ContrastiveTask(model, ImageTextCollator(processor)), processor
 
 
-def main() -> None:
-    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
-        "train_himo", ScriptArguments, LOOP_DEFAULTS)
-    variants = parse_variants(script_args.variants, VARIANTS)
-    with accelerator.main_process_first():
-        dataset = load_synthetic_scenes(
-            seed=script_args.dataset_seed, num_train=script_args.num_train, num_test=script_args.num_test,
-            image_size=backbone.image_size,
+def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArguments, lora_args, hub_args,
+        accelerator, run_args: dict, dataset) -> dict[str, dict]:
+    """One seed's run: the base (built or reused), every row fine-tuned from it and evaluated, plots, results."""
+    rows = args.rows()
+    batch_size = loop_args.per_device_eval_batch_size
+    global_batch = loop_args.per_device_train_batch_size * accelerator.num_processes
+
+    def evaluate(model, processor):
+        return evaluate_long_captions(model, processor, dataset["test"], batch_size,
+                                      hide_tau=getattr(model.config, "hide_tau", args.hide_tau),
+                                      hide_batch_size=global_batch)
+
+    results, histories, given_base = {}, {}, backbone.init_from_clip
+    if backbone.init_from_clip is None and backbone.base_steps > 0:
+        backbone = replace(backbone, init_from_clip=short_caption_base(accelerator, backbone, dataset, loop_args))
+        if not args.ablation and accelerator.is_main_process:  # the starting point, evaluated as it is
+            tokenizer, image_processor = backbone.processor_parts(dataset, SHORT_BASE_LENGTH)
+            with whole_model_init(accelerator):
+                base = load_clip(backbone.init_from_clip)
+            processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                          max_length=SHORT_BASE_LENGTH)
+            results[BASE] = evaluate(base.to(accelerator.device), processor)
+    for factor in dict.fromkeys(options.get("batch_factor", 1.0) for _, options in rows.values()):
+        chosen = [row for row, (_, options) in rows.items() if options.get("batch_factor", 1.0) == factor]
+        row_args = replace(loop_args, per_device_train_batch_size=round(loop_args.per_device_train_batch_size * factor))
+        trained, trained_histories = train_variants(
+            accelerator, chosen, lambda row: build(args, backbone, dataset, *rows[row], loop_args.seed), evaluate,
+            dataset, row_args, lora_args,
         )
-    results, histories = train_variants(
-        accelerator, variants, lambda variant: build(script_args, backbone, dataset, variant, loop_args.seed),
-        lambda model, processor: evaluate_long_captions(model, processor, dataset["test"],
-                                                        loop_args.per_device_eval_batch_size),
-        dataset, loop_args, lora_args,
-    )
+        results.update(trained)
+        histories.update(trained_histories)
     if accelerator.is_main_process:
         first = next(iter(results.values()))
         plot_prefix_similarity({v: r["mean_similarity_by_prefix"] for v, r in results.items()},
                                Path(loop_args.output_dir) / "prefix_similarity.png",
                                coverage(first["num_images"], first["num_prefixes"], "caption prefixes (test split)"))
-    publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
+    publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=metrics(args),
             card_template=MODEL_CARD, card_info=HIMO_CLIP_CARD, hub_args=hub_args, run_args=run_args,
-            base_model=backbone.init_from_clip)
+            base_model=given_base, push_variants=list(rows))
+    return results
+
+
+def metrics(args: ScriptArguments) -> tuple[str, ...]:
+    return (*METRICS, "hide_m") if args.ablation == "table4" else METRICS
+
+
+def main() -> None:
+    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
+        "train_himo", ScriptArguments, LOOP_DEFAULTS)
+    with accelerator.main_process_first():
+        dataset = load_synthetic_scenes(
+            seed=script_args.dataset_seed, num_train=script_args.num_train, num_test=script_args.num_test,
+            image_size=backbone.image_size,
+        )
+    name = script_args.ablation or "summary"
+    if script_args.ablation:
+        loop_args = replace(loop_args, output_dir=str(Path(loop_args.output_dir) / script_args.ablation))
+    run_over_seeds(accelerator, loop_args, hub_args,
+                   lambda seed_args: run(script_args, backbone, seed_args, lora_args, hub_args, accelerator,
+                                         run_args, dataset),
+                   metrics(script_args), name=name, title=f"train_himo: {name}")
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

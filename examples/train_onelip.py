@@ -2,11 +2,13 @@
 Table 4 and its Fig. 3 on the synthetic scenes.
 
     accelerate launch examples/train_onelip.py                                      # CPU, minutes, all from scratch
-    accelerate launch examples/train_onelip.py --base_checkpoint outputs/onelip/clip-77   # reuse a base CLIP
+    accelerate launch examples/train_onelip.py --seeds 0,1,2                        # mean +- std over 3 seeds
     accelerate launch examples/train_onelip.py --base_checkpoint openai/clip-vit-base-patch16 --variants onelip
 
 First the base: a 77-token CLIP (`--base_checkpoint`: a CLIPModel directory or Hub id, ours or transformers'),
-or, without one, a small CLIP-77 trained from scratch for `--base_steps` with global InfoNCE (row `clip-77`). Then
+or, without one, the short-caption CLIP-77 shared with train_himo.py: pretrained from scratch on the training
+scenes' first sentences for `--base_steps` with global InfoNCE, built once and cached under `--base_cache_dir`
+(row `clip-77`, evaluated as it is). Then
 each variant starts from that base and is trained identically (same data order, steps and optimiser) in one stage:
   clip-248       Long-CLIP stretching of the position table (77 -> 248), global InfoNCE ("fine-tuned CLIP")
   onelip-pooled  OneLIP without TRIM: RoPE/NTK encoder, L_coarse + pooled distillation + contrastive (Table 4)
@@ -20,7 +22,7 @@ training scenes (PO-HNM's refresh needs samples to come back), again from the sa
   table4-pohnm-half  + PO-HNM with M/2 negatives, refreshed by Eq. 9 every --hnm_update_steps
   table4-pohnm       + PO-HNM with M negatives
 The negative bank (the base's embeddings of the training captions) is built once under
-`<output_dir>/negative_bank/` (or `--negative_bank`) and reused by later runs on the same data and base.
+`<output_dir>/negative_bank/` (or `--negative_bank`) and reused by later runs (and seeds) on the same data and base.
 The frozen base text encoder is OneLIP's teacher (held by `OneLIPTask`, never saved). Evaluation: R@1 both ways on
 the test scenes' long captions, on their first sentence (short) and within the hard-negative pairs whose captions
 differ only after token 77 (chance 50; `hf_longclip.evaluation.evaluate_text_lengths`).
@@ -46,16 +48,21 @@ from hf_longclip.models.onelip import ONELIP_CARD
 from hf_longclip.plots import plot_recall_by_length
 from hf_longclip.training.hard_negatives import HardNegativeQueues
 from hf_longclip.training.loop import LoopArguments, whole_model_init
+from hf_longclip.training.negative_bank import (
+    NegativeBank,
+    default_bank_directory,
+    model_digest,
+)
 from hf_longclip.training.recipe import (
     BackboneArguments,
     load_clip,
     parse_variants,
     publish,
+    run_over_seeds,
+    short_caption_base,
     start_run,
-    train_base_clip,
     train_variants,
 )
-from hf_longclip.training.negative_bank import NegativeBank, default_bank_directory, model_digest
 from hf_longclip.training.task import ContrastiveTask, OneLIPTask
 
 BASE = "clip-77"
@@ -90,8 +97,6 @@ class ScriptArguments:
     base_checkpoint: str | None = field(default=None, metadata={
         "help": "77-token CLIPModel directory or Hub id to adapt (also the teacher); None: train one from scratch "
                 "(same as --init_from_clip)"})
-    base_steps: int = field(default=300, metadata={"help": "optimizer steps of the base CLIP-77 from scratch"})
-    base_learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate of the base from scratch"})
     weight_switch_fraction: float = field(default=0.5, metadata={
         "help": "fraction of the adaptation's optimizer steps after which Eq. 10's weights switch (Sec. 4.1: "
                 "step 5000)"})
@@ -154,7 +159,7 @@ def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: in
 
 
 def train_table4(accelerator, args: ScriptArguments, variants: list[str], base: str, parts: tuple, dataset,
-                 loop_args: LoopArguments, lora_args, evaluate) -> tuple[dict, dict]:
+                 loop_args: LoopArguments, lora_args, evaluate, bank_root: Path) -> tuple[dict, dict]:
     """Table 4's rows: `args.table4_epochs` passes over the first `args.table4_train` training scenes (their
     dataset indices in a `sample_index` column, PO-HNM's queue rows), the negative bank built or reused first."""
     count = min(args.table4_train, len(dataset["train"]))
@@ -167,8 +172,7 @@ def train_table4(accelerator, args: ScriptArguments, variants: list[str], base: 
         with whole_model_init(accelerator):
             base_clip = load_clip(base)
         digest = model_digest(base_clip)
-        directory = args.negative_bank or default_bank_directory(
-            Path(loop_args.output_dir) / "negative_bank", data["train"], digest)
+        directory = args.negative_bank or default_bank_directory(bank_root, data["train"], digest)
         processor = HiMoCLIPProcessor(image_processor=parts[1], tokenizer=parts[0], max_length=BASE_LENGTH)
         bank = NegativeBank.build_or_load(directory, data["train"], base_clip, processor, accelerator,
                                           batch_size=loop_args.per_device_eval_batch_size, base_digest=digest)
@@ -197,36 +201,29 @@ def plot_figure_3(results: dict, path: Path) -> None:
                                         f"differ only after token {BASE_LENGTH}", reference=reference)
 
 
-def main() -> None:
-    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
-        "train_onelip", ScriptArguments, {**LOOP_DEFAULTS, **BACKBONE_DEFAULTS})
+def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArguments, lora_args, hub_args,
+        accelerator, run_args: dict, dataset, bank_root: Path) -> dict[str, dict]:
+    """One seed's run: the base (given, or the cached short-caption one), every variant adapted from it, Table 4's
+    rows, Fig. 3, results."""
     variants = parse_variants(script_args.variants, [*VARIANTS, *TABLE4])
-    with accelerator.main_process_first():
-        dataset = load_synthetic_scenes(seed=script_args.dataset_seed, num_train=script_args.num_train,
-                                        num_test=script_args.num_test, image_size=backbone.image_size)
     test, batch_size = dataset["test"], loop_args.per_device_eval_batch_size
-    base = script_args.base_checkpoint or backbone.init_from_clip
-    results, histories = {}, {}
-    if base is None:  # phase 1: the base CLIP-77 from scratch, with the shared loop
-        tokenizer = backbone.processor_parts(dataset, BASE_LENGTH)[0]
-        pairs = late_difference_pairs(test, tokenizer, BASE_LENGTH)
-        base, results, histories = train_base_clip(
-            accelerator, BASE, backbone, dataset, BASE_LENGTH, loop_args, script_args.base_steps,
-            script_args.base_learning_rate,
-            lambda model, processor: evaluate_text_lengths(model, processor, test, pairs, batch_size))
+    base = (script_args.base_checkpoint or backbone.init_from_clip
+            or short_caption_base(accelerator, backbone, dataset, loop_args))
     parts = BackboneArguments(init_from_clip=base).processor_parts(dataset, BASE_LENGTH)  # the base's own
     pairs = late_difference_pairs(test, parts[0], BASE_LENGTH)
-    if BASE not in results and accelerator.is_main_process:  # a given base: evaluated as it is
-        with whole_model_init(accelerator):
-            model = load_clip(base)
-        processor = HiMoCLIPProcessor(image_processor=parts[1], tokenizer=parts[0], max_length=BASE_LENGTH)
-        results[BASE] = evaluate_text_lengths(model.to(accelerator.device), processor, test, pairs, batch_size)
-    # phase 2: every variant adapted from the base in one stage
-    total = optimizer_steps(loop_args, len(dataset["train"]), accelerator.num_processes)
-    switch_step = round(script_args.weight_switch_fraction * total)
+
     def evaluate(model, processor):
         return evaluate_text_lengths(model, processor, test, pairs, batch_size)
 
+    results, histories = {}, {}
+    if accelerator.is_main_process:  # the base, evaluated as it is
+        with whole_model_init(accelerator):
+            model = load_clip(base)
+        processor = HiMoCLIPProcessor(image_processor=parts[1], tokenizer=parts[0], max_length=BASE_LENGTH)
+        results[BASE] = evaluate(model.to(accelerator.device), processor)
+    # every variant adapted from the base in one stage
+    total = optimizer_steps(loop_args, len(dataset["train"]), accelerator.num_processes)
+    switch_step = round(script_args.weight_switch_fraction * total)
     if chosen := [variant for variant in variants if variant in VARIANTS]:
         adapted, adapted_histories = train_variants(
             accelerator, chosen, lambda variant: build(script_args, base, parts, variant, loop_args.seed, switch_step),
@@ -236,7 +233,7 @@ def main() -> None:
         histories.update(adapted_histories)
     if chosen := [variant for variant in variants if variant in TABLE4]:
         adapted, adapted_histories = train_table4(accelerator, script_args, chosen, base, parts, dataset, loop_args,
-                                                  lora_args, evaluate)
+                                                  lora_args, evaluate, bank_root)
         results.update(adapted)
         histories.update(adapted_histories)
     if accelerator.is_main_process:
@@ -246,6 +243,21 @@ def main() -> None:
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
             card_template=MODEL_CARD, card_info=ONELIP_CARD, hub_args=hub_args, run_args=run_args,
             base_model=script_args.base_checkpoint or backbone.init_from_clip, push_variants=variants)
+    return results
+
+
+def main() -> None:
+    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
+        "train_onelip", ScriptArguments, {**LOOP_DEFAULTS, **BACKBONE_DEFAULTS})
+    parse_variants(script_args.variants, [*VARIANTS, *TABLE4])  # fail before any work
+    with accelerator.main_process_first():
+        dataset = load_synthetic_scenes(seed=script_args.dataset_seed, num_train=script_args.num_train,
+                                        num_test=script_args.num_test, image_size=backbone.image_size)
+    bank_root = Path(loop_args.output_dir) / "negative_bank"  # one bank for every seed: it depends on data and base
+    run_over_seeds(accelerator, loop_args, hub_args,
+                   lambda seed_args: run(script_args, backbone, seed_args, lora_args, hub_args, accelerator, run_args,
+                                         dataset, bank_root),
+                   METRICS, title="train_onelip")
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

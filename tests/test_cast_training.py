@@ -1,5 +1,6 @@
 """CAST in training: 2 gloo processes (DDP) give the gradients of one process on the concatenated batch, and
-examples/train_cast.py runs end to end (one process, 2-process DDP, 2-process DeepSpeed ZeRO-2) on tiny settings.
+examples/train_cast.py runs end to end (one process, 2-process DDP, 2-process DeepSpeed ZeRO-2) on tiny settings and
+publishes CAST with its card.
 
 CAST's stem has BatchNorm, whose batch statistics are per process under DDP (SyncBatchNorm needs CUDA), so the
 gradient check runs the stem's BatchNorm on its running statistics; everything else in CAST (pooling, sampling,
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate import Accelerator
+from fake_hub import FakeHub
+from test_hub_push import TOKEN, hub_env
 from transformers import AutoModelForImageClassification
 
 from hf_longclip import CASTForImageClassification, CASTVisionConfig
@@ -99,6 +102,32 @@ def test_train_cast_runs_saves_and_reloads(engine, tmp_path):
     model = AutoModelForImageClassification.from_pretrained(output_dir / "cast", trust_remote_code=True)
     assert isinstance(model, CASTForImageClassification) and model.config.num_clusters == [4, 2]
     assert (output_dir / "cast" / "preprocessor_config.json").is_file()
+
+
+@pytest.mark.slow
+def test_push_to_hub_publishes_cast_with_its_card(tmp_path):
+    with FakeHub(token=TOKEN) as hub:
+        output_dir = tmp_path / "run"
+        env = {**hub_env(hub, tmp_path / "home"), "HF_DATASETS_CACHE": str(tmp_path / "datasets")}
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--num_processes", "1",
+                   "--mixed_precision", "no", "--dynamo_backend", "no", str(REPO / "examples" / "train_cast.py"),
+                   "--output_dir", str(output_dir), *TINY, "--push_to_hub", "--hub_model_id", "lab/cast-tiny"]
+        result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-4000:]
+        assert f"pushed cast to {hub.url}/lab/cast-tiny/commit/" in result.stdout and "pushed vit" not in result.stdout
+        card = hub.file("lab/cast-tiny", "README.md").decode()
+        accuracy = json.loads((output_dir / "results.json").read_text())["results"]["cast"]["test_accuracy"]
+        assert "pipeline_tag: image-classification" in card and f"value: {accuracy}" in card
+        assert "top-1 accuracy (%)" in card and "{{" not in card
+        load = ("import sys; sys.modules['hf_longclip'] = None\n"
+                "from transformers import AutoModelForImageClassification\n"
+                "model = AutoModelForImageClassification.from_pretrained('lab/cast-tiny', trust_remote_code=True)\n"
+                "print(type(model).__name__)")
+        loaded = subprocess.run([sys.executable, "-c", load], env={**hub_env(hub, tmp_path / "fresh", token=None),
+                                                                   "PYTHONPATH": ""},
+                                cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    assert loaded.stdout.split()[-1] == "CASTForImageClassification"
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""HiDe over the global batch: 2 gloo processes give the gradients of one process on the concatenated batch."""
+"""HiDe over the global batch: 2 gloo processes give the gradients of one process on the concatenated batch (text
+components, and Table 5's HiDe on both modalities)."""
 
 import os
 import subprocess
@@ -21,12 +22,12 @@ def _inputs() -> dict:
     return dict(tiny_processor()(text=captions, images=random_images(len(captions)), padding="longest"))
 
 
-def per_rank_step(reference_path: str, scope: str) -> None:
+def per_rank_step(reference_path: str, scope: str, modalities: str) -> None:
     """Run by each of the torchrun processes (see __main__ below)."""
     accelerator = Accelerator(cpu=True)
     assert accelerator.num_processes == WORLD_SIZE
     reference = torch.load(reference_path)
-    model = accelerator.prepare(tiny_himo(seed=0, hide_scope=scope))
+    model = accelerator.prepare(tiny_himo(seed=0, hide_scope=scope, hide_modalities=modalities))
     model.train()
     rank, n = accelerator.process_index, len(reference["inputs"]["input_ids"]) // WORLD_SIZE
     local = {k: v[rank * n : (rank + 1) * n] for k, v in reference["inputs"].items()}
@@ -38,9 +39,9 @@ def per_rank_step(reference_path: str, scope: str) -> None:
         torch.testing.assert_close(param.grad, reference["grads"][name], atol=1e-5, rtol=0, msg=name)
 
 
-def _reference(scope: str, tmp_path) -> str:
+def _reference(scope: str, modalities: str, tmp_path) -> str:
     inputs = _inputs()
-    model = tiny_himo(seed=0)
+    model = tiny_himo(seed=0, hide_modalities=modalities)
     model.train()
     if scope == "global":
         loss = model(**inputs, return_loss=True).loss
@@ -53,16 +54,16 @@ def _reference(scope: str, tmp_path) -> str:
         image, text = out.image_embeds, out.text_embeds
         loss = contrastive_loss(image, text, image, text, scale) + contrastive_loss(image, components, image, components, scale)
     loss.backward()
-    path = tmp_path / f"reference_{scope}.pt"
+    path = tmp_path / f"reference_{scope}_{modalities}.pt"
     grads = {name: p.grad.clone() for name, p in model.named_parameters()}
     torch.save({"inputs": inputs, "loss": loss.detach(), "grads": grads}, path)
     return str(path)
 
 
-def _launch(scope: str, tmp_path) -> None:
+def _launch(scope: str, tmp_path, modalities: str = "text") -> None:
     """torchrun with 2 CPU processes: accelerate sets up gloo (MULTI_CPU) and wraps the model in DDP."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD_SIZE),
-               "--master_port", str(29500 + os.getpid() % 1000), __file__, _reference(scope, tmp_path), scope]
+               "--master_port", str(29500 + os.getpid() % 1000), __file__, _reference(scope, modalities, tmp_path), scope, modalities]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).parent))
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -70,6 +71,10 @@ def _launch(scope: str, tmp_path) -> None:
 
 def test_global_hide_two_processes_equal_one_process_on_the_concatenated_batch(tmp_path):
     _launch("global", tmp_path)
+
+
+def test_global_hide_on_both_modalities_two_processes_equal_one_process(tmp_path):
+    _launch("global", tmp_path, modalities="both")
 
 
 def test_local_hide_runs_pca_per_process(tmp_path):

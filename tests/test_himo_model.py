@@ -39,6 +39,46 @@ def test_molo_equals_global_plus_lambda_component_loss_written_from_the_paper():
         torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
 
 
+def _pca_components(embeds: torch.Tensor, tau: float) -> torch.Tensor:
+    """Eq. 1 by eigen-decomposition of the covariance: top m directions reaching tau of the variance."""
+    mean = embeds.mean(0)
+    centred = embeds - mean
+    eigvals, eigvecs = torch.linalg.eigh(centred.T @ centred)
+    eigvals, eigvecs = eigvals.flip(0), eigvecs.flip(1)
+    m = int((torch.cumsum(eigvals, 0) / eigvals.sum() < tau).sum()) + 1
+    basis = eigvecs[:, :m].T
+    return (basis.T @ (basis @ centred.T)).T + mean
+
+
+def test_table5_variants_written_from_the_paper():
+    """Table 5: L_comp alone (no global term) and L_global + L_comp^{u,v} (HiDe on images too, components aligned
+    with components)."""
+    from hf_longclip.objectives import MoLoLoss
+
+    torch.manual_seed(1)
+    image = F.normalize(torch.randn(7, 8), dim=-1)
+    text = F.normalize(torch.randn(7, 8), dim=-1)
+    scale = 5.0
+    u, v = _pca_components(text, 0.9), _pca_components(image, 0.9)
+    global_loss = (_info_nce(image, text, scale) + _info_nce(text, image, scale)).mean() / 2
+    comp_text = (_info_nce(image, u, scale) + _info_nce(u, image, scale)).mean() / 2
+    comp_both = (_info_nce(v, u, scale) + _info_nce(u, v, scale)).mean() / 2
+    alone = MoLoLoss(0.9, 1.0, use_global=False)(image, text, torch.tensor(scale))
+    assert set(alone) == {"component_loss"}
+    torch.testing.assert_close(alone["component_loss"], comp_text, atol=1e-5, rtol=1e-5)
+    for scope in ("global", "local"):  # one process: the scopes agree
+        both = MoLoLoss(0.9, 0.5, scope=scope, modalities="both")(image, text, torch.tensor(scale))
+        torch.testing.assert_close(sum(both.values()), global_loss + 0.5 * comp_both, atol=1e-5, rtol=1e-5)
+    assert not torch.isclose(comp_both, comp_text)
+
+
+def test_kept_components_counts_hide_m():
+    from hf_longclip.objectives import kept_components
+
+    rows = torch.tensor([[3.0, 0.1, 0.0], [-3.0, -0.1, 0.0], [3.0, -0.1, 0.0], [-3.0, 0.1, 0.0]])
+    assert kept_components(rows + 1, 0.9) == 1 and kept_components(rows, 0.9995) == 2
+
+
 def test_component_loss_changes_the_loss():
     torch.manual_seed(0)
     image, text = F.normalize(torch.randn(2, 8, 8), dim=-1)
@@ -110,9 +150,16 @@ def test_config_defaults_and_validation():
     config = HiMoCLIPConfig()
     assert config.text_config.max_position_embeddings == 248
     assert (config.hide_tau, config.molo_lambda, config.hide_scope) == (0.9, 1.0, "global")
-    for bad in (dict(hide_tau=0.0), dict(hide_tau=1.5), dict(molo_lambda=-1.0), dict(hide_scope="batch")):
+    assert (config.hide_modalities, config.molo_global) == ("text", True)
+    for bad in (dict(hide_tau=0.0), dict(hide_tau=1.5), dict(molo_lambda=-1.0), dict(hide_scope="batch"),
+                dict(hide_modalities="image"), dict(molo_global=False, molo_lambda=0.0)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             HiMoCLIPConfig(**bad)
+    model = HiMoCLIPModel(HiMoCLIPConfig(hide_modalities="both", molo_global=False, text_config=dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2), vision_config=dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=32,
+        patch_size=16), projection_dim=8))
+    assert (model.objective.modalities, model.objective.use_global) == ("both", False)
 
 
 def test_bad_inputs_raise_clear_errors(batch):

@@ -25,7 +25,7 @@ def workdir(tmp_path_factory) -> Path:
                "--mixed_precision", "no", "--dynamo_backend", "no", str(REPO / "examples" / "train_himo.py"),
                "--output_dir", str(workdir / CHECKPOINT.parent), "--variants", "himo-clip", "--max_steps", "1",
                "--num_train", "64", "--num_test", "16", "--per_device_train_batch_size", "16",
-               "--hidden_size", "32", "--num_layers", "1", "--num_heads", "2"]
+               "--hidden_size", "32", "--num_layers", "1", "--num_heads", "2", "--base_steps", "0"]
     result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     return workdir

@@ -170,7 +170,7 @@ def test_the_shard_command_writes_shards(tmp_path, capsys):
 HIMO = REPO / "examples" / "train_himo.py"
 TINY = ["--variants", "himo-clip", "--num_train", "64", "--num_test", "16", "--hidden_size", "32", "--num_layers", "1",
         "--num_heads", "2", "--logging_steps", "1", "--warmup_steps", "1", "--num_train_epochs", "2",
-        "--checkpointing_steps", "2", "--dataloader_num_workers", "2", "--shuffle_buffer", "16"]
+        "--checkpointing_steps", "2", "--dataloader_num_workers", "2", "--shuffle_buffer", "16", "--base_steps", "0"]
 
 
 @pytest.mark.slow

@@ -76,7 +76,8 @@ def single_process(tmp_path_factory, datasets_cache, base_checkpoint) -> tuple[P
 
 
 def test_table_and_figure_3_from_scratch(datasets_cache, tmp_path):
-    """No base given: the base CLIP-77 is trained by the shared loop, then every variant is adapted from it."""
+    """No base given: the short-caption base CLIP-77 is trained by the shared loop (and cached under the working
+    directory's outputs/bases/), then every variant is adapted from it."""
     result = run(launch(tmp_path, ["--num_processes", "1"], "--base_steps", "2", "--max_steps", "2",
                         "--per_device_train_batch_size", str(GLOBAL_BATCH), "--table4_train", "16",
                         "--table4_epochs", "1", "--hnm_queue_size", "4"),
@@ -93,7 +94,8 @@ def test_table_and_figure_3_from_scratch(datasets_cache, tmp_path):
     for variant in ("clip-77", "clip-77-ft", "onelip-77"):  # 77 tokens cannot tell the late pairs apart
         assert results[variant]["hard_r1_i2t"] == results[variant]["hard_r1_t2i"] == 50.0, variant
     assert (tmp_path / "recall_by_length.png").stat().st_size > 10_000
-    assert (tmp_path / "clip-77" / "config.json").is_file()
+    (base,) = (tmp_path / "outputs" / "bases").glob("clip77-*/clip-77")  # cwd is tmp_path
+    assert (base / "config.json").is_file()
     for variant, (length, distillation) in {"onelip": (248, "trim"), "onelip-pooled": (248, "pooled"),
                                             "onelip-128": (128, "trim"), "onelip-77": (77, "trim")}.items():
         model = AutoModel.from_pretrained(tmp_path / variant, trust_remote_code=True)

@@ -23,7 +23,8 @@ from transformers import AutoModel
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "examples" / "accelerate_configs"
 TINY = ["--variants", "himo-clip", "--num_train", "128", "--num_test", "32", "--image_size", "32",
-        "--hidden_size", "32", "--num_layers", "1", "--num_heads", "2", "--logging_steps", "1", "--warmup_steps", "1"]
+        "--hidden_size", "32", "--num_layers", "1", "--num_heads", "2", "--logging_steps", "1", "--warmup_steps", "1",
+        "--base_steps", "0"]  # from scratch: what is compared is the variant's own training
 GLOBAL_BATCH = 16
 # Summation order differs between one process and gathered/all-reduced shards: float32 rounding only (measured:
 # losses within 1e-7 relative, weights within 6e-8).

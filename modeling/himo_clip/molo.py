@@ -6,9 +6,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .losses import check_paired_embeddings, contrastive_loss, gather_with_grad
+from .losses import (
+    check_paired_embeddings,
+    contrastive_loss,
+    gather_with_grad,
+)
 
 HIDE_SCOPES = ("global", "local")
+HIDE_MODALITIES = ("text", "both")
 # Relative gap (in squared singular values) under which two singular values are treated as tied.
 _TIE_TOLERANCE = 1e-5
 
@@ -70,6 +75,12 @@ class _LowRankReconstruction(torch.autograd.Function):
         return grad_in, None
 
 
+def kept_components(embeds: torch.Tensor, tau: float) -> int:
+    """m, the number of principal components HiDe keeps for this batch of embeddings (Sec. 3.2)."""
+    centered = embeds.detach().float() - embeds.detach().float().mean(dim=0, keepdim=True)
+    return num_principal_components(torch.linalg.svdvals(centered), tau)
+
+
 def hide_components(text_embeds: torch.Tensor, tau: float) -> torch.Tensor:
     """HiDe (Eq. 1): u'_i = P^T (P (u_i - mean)) + mean, P the top-m principal directions of the batch.
 
@@ -82,18 +93,35 @@ def hide_components(text_embeds: torch.Tensor, tau: float) -> torch.Tensor:
 
 class MoLoLoss(nn.Module):
     """MoLo (Eq. 4) over the global batch: `{"global_loss": L_global (Eq. 2), "component_loss": weight * L_comp
-    (Eq. 3)}` (the component term is absent when `weight` is 0).
+    (Eq. 3)}` (the component term is absent when `weight` is 0, the global one when `use_global` is False: Table 5's
+    "L_comp" row).
 
     Takes this process's L2-normalised embeddings and the exponentiated logit scale. HiDe runs on the gathered
     batch (`scope="global"`) or per process (`scope="local"`, as the official code); components are re-normalised,
-    so both terms use cosine similarity. Runs in float32 with autocast disabled.
+    so both terms use cosine similarity. `modalities="text"` decomposes the text embeddings only (the paper's
+    method); `"both"` decomposes the image embeddings too and aligns components with components (Table 5's
+    L_comp^{u,v}). Runs in float32 with autocast disabled.
     """
 
-    def __init__(self, tau: float = 0.9, weight: float = 1.0, scope: str = "global", label_smoothing: float = 0.0):
+    def __init__(self, tau: float = 0.9, weight: float = 1.0, scope: str = "global", label_smoothing: float = 0.0,
+                 modalities: str = "text", use_global: bool = True):
         super().__init__()
         if scope not in HIDE_SCOPES:
             raise ValueError(f"scope must be one of {HIDE_SCOPES}, got {scope!r}")
+        if modalities not in HIDE_MODALITIES:
+            raise ValueError(f"modalities must be one of {HIDE_MODALITIES}, got {modalities!r}")
+        if not use_global and weight == 0:
+            raise ValueError("MoLo without its global term needs a component weight > 0: there would be no loss")
         self.tau, self.weight, self.scope, self.label_smoothing = tau, weight, scope, label_smoothing
+        self.modalities, self.use_global = modalities, use_global
+
+    def _components(self, local: torch.Tensor, gathered: torch.Tensor, offset: int) -> tuple[torch.Tensor, ...]:
+        """(this process's, the global batch's) re-normalised HiDe components of one modality."""
+        if self.scope == "global":
+            all_components = F.normalize(hide_components(gathered, self.tau), dim=-1)
+            return all_components[offset : offset + local.shape[0]], all_components
+        components = F.normalize(hide_components(local, self.tau), dim=-1)
+        return components, gather_with_grad(components)[0]
 
     def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor) -> dict:
         check_paired_embeddings(image_embeds, text_embeds)
@@ -104,16 +132,15 @@ class MoLoLoss(nn.Module):
             if not (torch.isfinite(all_image).all() and torch.isfinite(all_text).all()):
                 raise ValueError("image or text embeddings contain NaN or inf")
             scale = logit_scale.float()
-            terms = {"global_loss": contrastive_loss(image, text, all_image, all_text, scale, offset,
-                                                     self.label_smoothing)}
+            terms = {}
+            if self.use_global:
+                terms["global_loss"] = contrastive_loss(image, text, all_image, all_text, scale, offset,
+                                                        self.label_smoothing)
             if self.weight == 0:
                 return terms
-            if self.scope == "global":
-                all_components = F.normalize(hide_components(all_text, self.tau), dim=-1)
-                components = all_components[offset : offset + image.shape[0]]
-            else:
-                components = F.normalize(hide_components(text, self.tau), dim=-1)
-                all_components, _ = gather_with_grad(components)
+            components, all_components = self._components(text, all_text, offset)
+            if self.modalities == "both":
+                image, all_image = self._components(image, all_image, offset)
             component_loss = contrastive_loss(image, components, all_image, all_components, scale, offset,
                                               self.label_smoothing)
             terms["component_loss"] = self.weight * component_loss

@@ -36,6 +36,7 @@ from .metrics.zero_shot import (
     format_prompts,
     zero_shot_classification,
 )
+from .objectives.molo import kept_components
 from .plots import coverage, plot_prefix_similarity, plot_recalls
 
 UNSET_MAX_LENGTH = 1_000_000  # a tokenizer `model_max_length` at least this large means "not set" (transformers: 1e30)
@@ -450,20 +451,30 @@ class _Rows:
         return [row[column] for row in self.rows]
 
 
-def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, progress: bool = True) -> dict:
+def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, progress: bool = True,
+                           hide_tau: float | None = None, hide_batch_size: int = 64) -> dict:
     """The main job's summary: R@1 both ways on full captions, HiMo@2 / HiMo@3 (Eq. 6) on K cumulative segments,
-    HiMo@K (Eq. 5) on all sentence prefixes, and the mean similarity at each prefix length (for plots)."""
+    HiMo@K (Eq. 5) on all sentence prefixes, the mean similarity at each prefix length (for plots) and, where rows
+    carry a `distractor`, SSI (Eq. 22, distractor appended). With `hide_tau`: `hide_m`, the mean number of principal
+    components HiDe keeps at that threshold over consecutive batches of `hide_batch_size` test captions."""
     model.eval()
 
     def encode(texts):
         return encode_texts(model, processor, texts, batch_size, progress)
 
     image_embeds = encode_images(model, processor, _ImageColumn(dataset), batch_size, progress)
-    similarity = image_embeds @ encode(dataset["caption"]).T
+    caption_embeds = encode(dataset["caption"])
+    similarity = image_embeds @ caption_embeds.T
     himo = himo_task(dataset.select_columns(["sentences"]), encode, image_embeds)
-    return {"r1_i2t": recall_at_k(similarity, 1), "r1_t2i": recall_at_k(similarity.T, 1),
-            **{key: himo[key] for key in ("himo@2", "himo@3", "himo@k", "mean_similarity_by_prefix", "num_images",
-                                          "num_prefixes")}}
+    results = {"r1_i2t": recall_at_k(similarity, 1), "r1_t2i": recall_at_k(similarity.T, 1),
+               **{key: himo[key] for key in ("himo@2", "himo@3", "himo@k", "mean_similarity_by_prefix",
+                                             "num_images", "num_prefixes")}}
+    if "distractor" in dataset.column_names:
+        results["ssi"] = ssi_task(dataset.select_columns(["sentences", "distractor"]), encode, image_embeds)["ssi"]
+    if hide_tau is not None:
+        batches = caption_embeds.split(hide_batch_size)
+        results["hide_m"] = sum(kept_components(batch, hide_tau) for batch in batches) / len(batches)
+    return results
 
 
 # ---------------------------------------------------------------------------------------------------------------

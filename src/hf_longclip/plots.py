@@ -71,6 +71,64 @@ def plot_loss_curves(histories: dict[str, Sequence[dict]], path: str | Path, tit
     return _save_figure(fig, path)
 
 
+def plot_seed_summary(summary: dict[str, dict[str, dict]], metrics: Sequence[str], path: str | Path,
+                      title: str = "") -> Path:
+    """Save a PNG with one panel per metric: per variant, the mean over seeds (diamond), its +- std whisker and a dot
+    per seed (`hf_longclip.training.recipe.summarize_seeds`), so a difference can be read against the spread."""
+    plt = _pyplot()
+    variants = list(summary)
+    columns = min(len(metrics), 4)
+    rows = -(-len(metrics) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 0.45 * len(variants) * rows + 1.6 * rows),
+                             squeeze=False)
+    for ax, metric in zip(axes.flat, metrics):
+        cells = [summary[variant][metric] for variant in variants]
+        positions = range(len(variants))
+        ax.errorbar([cell["mean"] for cell in cells], list(positions), xerr=[cell["std"] for cell in cells], fmt="D",
+                    color="#08306b", markersize=6, capsize=4, linewidth=1.5)
+        for position, cell in zip(positions, cells):
+            ax.plot(cell["values"], [position] * cell["n"], "o", color="#d94801", markersize=3.5, alpha=0.8, zorder=3)
+        low = min(min(cell["values"]) - cell["std"] for cell in cells)
+        high = max(max(cell["values"]) + cell["std"] for cell in cells)
+        margin = 0.15 * (high - low) or 0.1 * abs(high) or 0.1
+        ax.set_xlim(low - margin, high + margin)
+        ax.set_ylim(len(variants) - 0.5, -0.5)
+        ax.set_yticks(list(positions), variants if ax in axes[:, 0] else [""] * len(variants), fontsize=8)
+        ax.set_title(metric, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    for ax in list(axes.flat)[len(metrics):]:
+        ax.axis("off")
+    n = next(iter(summary.values()))[metrics[0]]["n"]
+    fig.suptitle(f"{title}\ndiamond: mean over {n} seed(s), whisker: ± std, dots: each seed", fontsize=10)
+    return _save_figure(fig, path)
+
+
+def plot_attention_maps(rows: Sequence[tuple], path: str | Path, title: str = "") -> Path:
+    """Save a PNG like F-CAST's Fig. 7: one row per image, the image then one attention map per sub-caption over it,
+    with the named object's box. `rows`: (image array (H, W, 3), [(sub-caption, map (H, W), box (x0, y0, x1, y1) as
+    fractions of the side or None), ...])."""
+    import textwrap
+
+    plt = _pyplot()
+    columns = 1 + max(len(maps) for _, maps in rows)
+    fig, axes = plt.subplots(len(rows), columns, figsize=(2.5 * columns, 3.0 * len(rows)), squeeze=False)
+    for ax_row, (image, maps) in zip(axes, rows):
+        ax_row[0].imshow(image)
+        ax_row[0].set_title("image", fontsize=8)
+        for ax, (caption, heat, box) in zip(ax_row[1:], maps):
+            ax.imshow(image)
+            ax.imshow(heat, cmap="jet", alpha=0.55)
+            if box is not None:
+                height, width = heat.shape
+                ax.add_patch(plt.Rectangle((box[0] * width, box[1] * height), (box[2] - box[0]) * width,
+                                           (box[3] - box[1]) * height, fill=False, edgecolor="white", linewidth=1.5))
+            ax.set_title(textwrap.fill(caption, 38), fontsize=6.5)
+        for ax in ax_row:
+            ax.axis("off")
+    fig.suptitle(title, fontsize=9)
+    return _save_figure(fig, path)
+
+
 def plot_recalls(retrieval: dict, path: str | Path, title: str = "") -> Path:
     """Save a bar chart of Recall@K, image-to-text beside text-to-image, with how many images and texts it ranks."""
     plt = _pyplot()

@@ -6,7 +6,7 @@ import copy
 
 import torch
 from torch import nn
-from transformers import CLIPModel, CLIPTextModel
+from transformers import AutoModel, CLIPModel, CLIPTextModel
 from transformers import initialization as init
 
 from hf_longclip.modeling_common.dual_encoder import DualEncoderMixin, end_of_text_positions
@@ -41,8 +41,10 @@ class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
         `stretch_positions=False` (CLIP's 77 positions); `config_kwargs` set the model's own options. Weights under
         `new_weight_prefixes` start from the model's initialisation; any other weight must come from the checkpoint.
         """
-        if not isinstance(clip, CLIPModel):
-            clip = CLIPModel.from_pretrained(clip)
+        if not isinstance(clip, CLIPModel):  # transformers' CLIP, or one of ours (a CLIPModel subclass)
+            clip = AutoModel.from_pretrained(clip, trust_remote_code=True)
+            if not isinstance(clip, CLIPModel):
+                raise ValueError(f"the checkpoint holds a {type(clip).__name__}, not a CLIPModel")
         state = clip.state_dict()
         key = "text_model.embeddings.position_embedding.weight"
         if stretch_positions:

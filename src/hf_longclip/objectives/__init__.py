@@ -4,7 +4,7 @@ Models call them in `forward(return_loss=True)`; the training loop logs every te
 | objective | terms | paper |
 |---|---|---|
 | `ClipLoss` | contrastive_loss | CLIP InfoNCE over the gathered batch |
-| `MoLoLoss` | global_loss, component_loss | HiMo-CLIP Eq. 2-4 (HiDe: `hide_components`) |
+| `MoLoLoss` | global_loss, component_loss | HiMo-CLIP Eq. 2-4 (HiDe: `hide_components`; Table 5's variants) |
 | `OneLIPLoss` | coarse_loss, token_loss, contrastive_loss | OneLIP Eq. 1, 3-7, 10 (TRIM, token distillation; queued hard negatives in Eq. 1) |
 | `SigLipLoss` | sigmoid_loss | SigLIP pairwise sigmoid (F-CAST Eq. 7-8) |
 | `FCASTLoss` | part_loss, whole_loss | F-CAST Eq. 6-8: text-grounded (AttnPool) part-level and whole-level sigmoid |
@@ -17,7 +17,7 @@ that needs more (PO-HNM's disk-backed queues, mined with faiss) lives in `hf_lon
 from .clip import ClipLoss
 from .ditm import DITMLoss, adaptive_triplet_loss, ordering_loss
 from .fcast import FCASTLoss, part_level_queries, part_level_sigmoid_loss
-from .molo import MoLoLoss, hide_components, num_principal_components
+from .molo import MoLoLoss, hide_components, kept_components, num_principal_components
 from .onelip import OneLIPLoss, TRIMRefine, trim_scores, trim_select
 from .sigmoid import SigLipLoss
 
@@ -31,6 +31,7 @@ __all__ = [
     "TRIMRefine",
     "adaptive_triplet_loss",
     "hide_components",
+    "kept_components",
     "num_principal_components",
     "ordering_loss",
     "part_level_queries",

@@ -31,7 +31,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
+from huggingface_hub import (
+    CommitOperationAdd,
+    EvalResult,
+    HfApi,
+    ModelCard,
+    ModelCardData,
+)
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 from huggingface_hub.utils import filter_repo_objects
 
@@ -44,12 +50,15 @@ METRIC_NAMES = {"r1_i2t": "R@1 image→text", "r1_t2i": "R@1 text→image"}
 
 @dataclasses.dataclass(frozen=True)
 class ModelCardInfo:
-    """What a model's own package tells the card: its tags, the display names of its metrics, and the rows of the
-    training table read from its config (label -> config keys, shown joined by " / ")."""
+    """What a model's own package tells the card: its tags, the display names of its metrics, the rows of the
+    training table read from its config (label -> config keys, shown joined by " / "), and its task (the Hub
+    pipeline tag and the evaluation's name)."""
 
     tags: tuple[str, ...] = ()
     metric_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     config_rows: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    task_type: str = "zero-shot-image-classification"
+    task_name: str = "Long-caption image-text retrieval"
 RETRY_STATUS = (408, 429)  # besides every 5xx
 STAGED_IGNORE = ("__pycache__", "*.pyc", ".git", ".tmp-*")
 
@@ -126,8 +135,6 @@ def build_model_card(
     dataset_name: str = "synthetic long-caption scenes",
     dataset_type: str | None = None,
     dataset_split: str | None = "test",
-    task_type: str = "zero-shot-image-classification",
-    task_name: str = "Long-caption image-text retrieval",
     metric_types: Mapping[str, str] | None = None,
     model_name: str | None = None,
     license: str = "apache-2.0",
@@ -136,7 +143,7 @@ def build_model_card(
     """Render the Jinja model card at `template_path` for one trained checkpoint.
 
     `results` maps metric keys to values (e.g. `evaluate_long_captions` output: {"r1_i2t": 20.3, "himo@k": 0.88,
-    ...}); finite numbers become `EvalResult`s in the card's `model-index` (one task/dataset entry: `task_type`,
+    ...}); finite numbers become `EvalResult`s in the card's `model-index` (one task/dataset entry: `info.task_type`,
     `dataset_type` (default: `datasets[0]`, else a slug of `dataset_name`), `dataset_name`, `dataset_split`), other
     values (lists, NaN) and counts (`num_*` keys) are left out. Each metric's type is `metric_types.get(key, key)`
     and its display name `info.metric_names` / `METRIC_NAMES` / the key; `info` (from the model's package) also
@@ -149,6 +156,7 @@ def build_model_card(
     metric_types = metric_types or {}
     dataset_type = dataset_type or (datasets[0] if datasets else "-".join(dataset_name.lower().split()))
     model_name = model_name or repo_id.split("/")[-1]
+    task_type, task_name = info.task_type, info.task_name
 
     rows, eval_results = [], []
     for key, value in results.items():
@@ -167,7 +175,7 @@ def build_model_card(
     card_data = ModelCardData(
         license=license,
         library_name="transformers",
-        pipeline_tag="zero-shot-image-classification",
+        pipeline_tag=task_type,
         tags=list(dict.fromkeys([*DEFAULT_TAGS, *info.tags])),
         datasets=list(datasets) or None,
         base_model=_hub_id(base_model),

@@ -26,7 +26,10 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
-from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
+from transformers.integrations import (
+    is_deepspeed_zero3_enabled,
+    unset_hf_deepspeed_config,
+)
 
 from ..data.shards import SKIPPED, ShardStream, expand_shards, shard_sample_counts
 from ..modeling_common.dual_encoder import sum_of_terms
@@ -50,6 +53,9 @@ class LoopArguments:
 
     output_dir: str = field(default="outputs", metadata={"help": "where checkpoints and results go"})
     seed: int = field(default=0, metadata={"help": "seed of model init, data order and dropout"})
+    seeds: str = field(default="", metadata={
+        "help": "comma list of seeds, e.g. '0,1,2': the whole run once per seed, each under <output_dir>/seed-<s>/, "
+                "then every table cell as mean +- std over them ('': one run with --seed)"})
     num_train_epochs: float = field(default=1.0, metadata={"help": "passes over the training split"})
     max_steps: int = field(default=-1, metadata={"help": "if > 0, stop after this many optimizer steps (overrides "
                                                          "epochs)"})
@@ -108,8 +114,20 @@ class LoopArguments:
         for name in ("logging_steps", "per_device_train_batch_size", "per_device_eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        self.seed_list()  # malformed seed lists fail here
         parse_lr_multipliers(self.lr_multipliers)  # malformed specs fail here, unmatched prefixes at train
         check_layer_decay(self.layer_decay)
+
+
+    def seed_list(self) -> list[int]:
+        """The seeds of `--seeds`, distinct, in order; [] without it."""
+        try:
+            seeds = [int(text) for text in self.seeds.split(",") if text.strip()]
+        except ValueError:
+            raise ValueError(f"seeds must be a comma list of integers, got {self.seeds!r}") from None
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct, got {self.seeds!r}")
+        return seeds
 
 
 def make_accelerator(args: LoopArguments) -> Accelerator:

@@ -29,7 +29,8 @@ class HiMoCLIPModel(CLIPDualEncoder):
 
     def __init__(self, config: HiMoCLIPConfig):
         super().__init__(config)
-        self.objective = MoLoLoss(config.hide_tau, config.molo_lambda, config.hide_scope, config.label_smoothing)
+        self.objective = MoLoLoss(config.hide_tau, config.molo_lambda, config.hide_scope, config.label_smoothing,
+                                  config.hide_modalities, config.molo_global)
 
     @classmethod
     def from_clip(

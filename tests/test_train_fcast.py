@@ -1,0 +1,99 @@
+"""examples/train_fcast.py under a real `accelerate launch`, tiny: one process, 2-process DeepSpeed ZeRO-2 and ZeRO-3
+(the table, the grounding figure, checkpoints AutoModel reloads), and a run killed mid-way that resumes to the
+weights of an uninterrupted one, and `--push_to_hub` with model_cards/fcast.md (loaded back by repo id with the
+package absent)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import kill_when_written
+from fake_hub import FakeHub
+from test_hub_push import TOKEN, hub_env
+from test_train_scale import CONFIGS, REPO, needs_deepspeed, script_env, weights
+from transformers import AutoModel
+
+from hf_longclip import FCASTModel
+
+TINY = ["--num_train", "64", "--num_test", "16", "--image_size", "32", "--num_segments", "16", "--num_clusters",
+        "8,4", "--hidden_size", "32", "--grounding_images", "4", "--dataloader_num_workers", "0", "--max_steps", "4",
+        "--logging_steps", "1", "--warmup_steps", "1"]
+METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i", "pointing_game", "box_mass")
+
+
+def launch(output_dir, launch_args: list[str], *script_args: str) -> list[str]:
+    return [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
+            "--dynamo_backend", "no", *launch_args, str(REPO / "examples" / "train_fcast.py"),
+            "--output_dir", str(output_dir), *TINY, *script_args]
+
+
+def run(command: list[str], env: dict, cwd) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", [
+    pytest.param(["--num_processes", "1"], id="single"),
+    pytest.param(["--config_file", str(CONFIGS / "zero2.yaml"), "--num_processes", "2"], id="zero2",
+                 marks=needs_deepspeed),
+    pytest.param(["--config_file", str(CONFIGS / "zero3.yaml"), "--num_processes", "2"], id="zero3",
+                 marks=needs_deepspeed),
+])
+def test_train_fcast_end_to_end(engine, tmp_path):
+    batch = "8" if engine[-1] == "1" else "4"  # the same global batch of 8 images
+    result = run(launch(tmp_path / "run", engine, "--per_device_train_batch_size", batch), script_env(tmp_path / "ds"),
+                 tmp_path)
+    assert "fcast-no-part" in result.stdout and "pointing_game" in result.stdout
+    report = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert list(report["results"]) == ["fcast", "fcast-no-part"]
+    for metrics in report["results"].values():
+        assert all(0 <= metrics[name] <= 100 for name in METRICS)
+    assert [record["step"] for record in report["training"]["fcast"]] == [1, 2, 3, 4]
+    assert "part_loss" in report["training"]["fcast"][0] and "part_loss" not in report["training"]["fcast-no-part"][0]
+    assert (tmp_path / "run" / "grounding.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    model = AutoModel.from_pretrained(tmp_path / "run" / "fcast", trust_remote_code=True)
+    assert isinstance(model, FCASTModel) and model.config.part_loss_weight == 1.0
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
+    command = launch(tmp_path / "uninterrupted", ["--num_processes", "1"], "--variants", "fcast",
+                     "--per_device_train_batch_size", "8", "--checkpointing_steps", "2")
+    env = script_env(tmp_path / "ds")
+    run(command, env, tmp_path)
+    interrupted = launch(tmp_path / "interrupted", ["--num_processes", "1"], "--variants", "fcast",
+                         "--per_device_train_batch_size", "8", "--checkpointing_steps", "2")
+    kill_when_written(interrupted, tmp_path / "interrupted" / "checkpoints" / "fcast" / "step_00000002", env, tmp_path)
+    assert not (tmp_path / "interrupted" / "fcast").exists(), "the run finished before it was killed"
+    run([*interrupted, "--resume_from_checkpoint", "latest"], env, tmp_path)
+    histories = [json.loads((tmp_path / name / "results.json").read_text())["training"]["fcast"]
+                 for name in ("uninterrupted", "interrupted")]
+    assert histories[0] == histories[1]
+    expected, resumed = weights(tmp_path / "uninterrupted" / "fcast"), weights(tmp_path / "interrupted" / "fcast")
+    for name in expected:
+        assert torch.equal(resumed[name], expected[name]), name
+
+
+@pytest.mark.slow
+def test_push_to_hub_renders_the_card_and_loads_by_repo_id_without_the_package(tmp_path):
+    with FakeHub(token=TOKEN) as hub:
+        env = {**hub_env(hub, tmp_path / "home"), "HF_DATASETS_CACHE": str(tmp_path / "ds")}
+        result = run(launch(tmp_path / "run", ["--num_processes", "1"], "--variants", "fcast", "--max_steps", "2",
+                            "--per_device_train_batch_size", "8", "--push_to_hub", "--hub_model_id", "lab/fcast-tiny"),
+                     env, tmp_path)
+        assert f"pushed fcast to {hub.url}/lab/fcast-tiny/commit/" in result.stdout
+        card = hub.file("lab/fcast-tiny", "README.md").decode()
+        pointing = json.loads((tmp_path / "run" / "results.json").read_text())["results"]["fcast"]["pointing_game"]
+        assert "model-index" in card and f"value: {pointing}" in card and "grounding: pointing game (%)" in card
+        assert "{{" not in card and "{%" not in card
+        load = ("import sys; sys.modules['hf_longclip'] = None\n"
+                "from transformers import AutoModel\n"
+                "model = AutoModel.from_pretrained('lab/fcast-tiny', trust_remote_code=True)\n"
+                "print(type(model).__name__, type(model).__module__.startswith('transformers_modules.'))")
+        loaded = run([sys.executable, "-c", load], {**hub_env(hub, tmp_path / "fresh", token=None), "PYTHONPATH": ""},
+                     tmp_path)
+    assert loaded.stdout.split()[-2:] == ["FCASTModel", "True"]
