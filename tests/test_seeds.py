@@ -78,6 +78,17 @@ def test_runner_without_seeds_runs_once_in_place(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["seeds"] == [1]
 
 
+def test_a_metric_undefined_for_one_seed_is_nan_and_still_plotted(tmp_path):
+    from hf_longclip.plots import plot_seed_summary
+
+    runs = {0: {"a": {"ssi": float("nan")}, "b": {"ssi": 3.0}}, 1: {"a": {"ssi": 2.0}, "b": {"ssi": 5.0}}}
+    summary = summarize_seeds(runs, ["ssi"])
+    assert math.isnan(summary["a"]["ssi"]["mean"]) and summary["b"]["ssi"]["mean"] == 4.0
+    assert plot_seed_summary(summary, ["ssi"], tmp_path / "nan.png").read_bytes()[:4] == b"\x89PNG"
+    nothing = summarize_seeds({0: {"a": {"ssi": float("nan")}}}, ["ssi"])
+    assert plot_seed_summary(nothing, ["ssi"], tmp_path / "none.png").is_file()
+
+
 def test_runner_refuses_to_push_several_seeds(tmp_path):
     loop_args = LoopArguments(output_dir=str(tmp_path), seeds="0,1")
     with pytest.raises(SystemExit, match="push one seed"):

@@ -8,6 +8,7 @@ computed in `hf_longclip.evaluation` and `hf_longclip.metrics`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -88,13 +89,16 @@ def plot_seed_summary(summary: dict[str, dict[str, dict]], metrics: Sequence[str
                     color="#08306b", markersize=6, capsize=4, linewidth=1.5)
         for position, cell in zip(positions, cells):
             ax.plot(cell["values"], [position] * cell["n"], "o", color="#d94801", markersize=3.5, alpha=0.8, zorder=3)
-        low = min(min(cell["values"]) - cell["std"] for cell in cells)
-        high = max(max(cell["values"]) + cell["std"] for cell in cells)
-        margin = 0.15 * (high - low) or 0.1 * abs(high) or 0.1
-        ax.set_xlim(low - margin, high + margin)
+        ends = [end for cell in cells if math.isfinite(cell["std"]) for value in cell["values"]
+                if math.isfinite(value) for end in (value - cell["std"], value + cell["std"])]
+        if ends:  # zoomed on the finite values (a metric undefined for a run, e.g. too few rows, is NaN)
+            low, high = min(ends), max(ends)
+            margin = 0.15 * (high - low) or 0.1 * abs(high) or 0.1
+            ax.set_xlim(low - margin, high + margin)
         ax.set_ylim(len(variants) - 0.5, -0.5)
         ax.set_yticks(list(positions), variants if ax in axes[:, 0] else [""] * len(variants), fontsize=8)
-        ax.set_title(metric, fontsize=10)
+        ax.set_title(metric if len(ends) == 2 * sum(cell["n"] for cell in cells) else f"{metric} (NaN left out)",
+                     fontsize=10)
         ax.grid(axis="x", alpha=0.3)
     for ax in list(axes.flat)[len(metrics):]:
         ax.axis("off")
