@@ -46,8 +46,8 @@ from hf_longclip.data.descriptiveness import (
 )
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.evaluation import (
+    cached_text_encoder,
     encode_images,
-    encode_texts,
     hierarcaps_task,
     retrieval_task,
 )
@@ -138,12 +138,7 @@ def evaluate(model, processor, test, batch_size: int) -> dict:
     """Retrieval over the 3 full captions of each test scene (R@1, RSUM), HierarCaps P / R / d_corr over its 4
     levels, and the mean image-text distance per level (Fig. 8(c))."""
     model.eval()
-    encoded = {}
-
-    def encode(texts):  # the HierarCaps task and the distances below need the same level texts: encoded once
-        if tuple(texts) not in encoded:
-            encoded[tuple(texts)] = encode_texts(model, processor, texts, batch_size)
-        return encoded[tuple(texts)]
+    encode = cached_text_encoder(model, processor, batch_size)  # HierarCaps and the distances share the levels
 
     image_embeds = encode_images(model, processor, test["image"], batch_size)  # once, for all three
     retrieval = retrieval_task(test, encode, image_embeds)

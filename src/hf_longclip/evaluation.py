@@ -92,6 +92,20 @@ def encode_texts(model, processor, texts: Sequence[str], batch_size: int = 128, 
     return _encode(texts, embed, batch_size, progress, "texts")
 
 
+def cached_text_encoder(model, processor, batch_size: int = 128, progress: bool = False) -> Callable:
+    """`encode(texts)` for the evaluation tasks that remembers each list it encoded, so tasks scoring the same texts
+    (HiMo@K's and SSI's caption prefixes, HierarCaps' levels and their distances) encode them once."""
+    encoded = {}
+
+    def encode(texts):
+        key = tuple(texts)
+        if key not in encoded:
+            encoded[key] = encode_texts(model, processor, texts, batch_size, progress)
+        return encoded[key]
+
+    return encode
+
+
 def encode_images(model, processor, images, batch_size: int = 128, progress: bool = False) -> torch.Tensor:
     """L2-normalised image embeddings (CPU float32); `images` is a list or a `datasets` image column. Each batch is
     converted to 8-bit RGB by `to_rgb_images` (16-bit images scaled, transparency composited onto white), the same
@@ -458,10 +472,7 @@ def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, pro
     carry a `distractor`, SSI (Eq. 22, distractor appended). With `hide_tau`: `hide_m`, the mean number of principal
     components HiDe keeps at that threshold over consecutive batches of `hide_batch_size` test captions."""
     model.eval()
-
-    def encode(texts):
-        return encode_texts(model, processor, texts, batch_size, progress)
-
+    encode = cached_text_encoder(model, processor, batch_size, progress)  # SSI rescores HiMo@K's prefixes
     image_embeds = encode_images(model, processor, _ImageColumn(dataset), batch_size, progress)
     caption_embeds = encode(dataset["caption"])
     similarity = image_embeds @ caption_embeds.T
