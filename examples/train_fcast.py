@@ -1,22 +1,29 @@
-"""Train F-CAST from scratch on the synthetic scenes and print a miniature of its Table 5 (two-level loss vs no
-part-level alignment), with grounding measured on the scenes' boxes and drawn like Fig. 7.
+"""Train FLAIR, F-CAST and the rows between them from scratch on the synthetic scenes and print a miniature of
+F-CAST's Table 2 (from FLAIR to F-CAST) and Table 5 (no part-level alignment), with grounding measured on the scenes'
+boxes and drawn like Fig. 7.
 
     accelerate launch examples/train_fcast.py                                  # CPU, minutes
-    torchrun --nproc_per_node 2 examples/train_fcast.py --per_device_train_batch_size 16   # 2 processes
+    torchrun --nproc_per_node 2 examples/train_fcast.py --per_device_train_batch_size 32   # 2 processes, same batch
 
-Variants, trained identically (same initialisation, data order, sub-captions, optimiser and steps):
-  fcast          F-CAST: CAST + hierarchical text encoder, L = L_part + L_whole (Eq. 7-8)
-  fcast-no-part  F-CAST without the part-level loss (Table 5's "w/o Part alignment"; LoTLIP-style whole level only)
+Variants, trained identically (same seed, data order, sub-captions, optimiser and steps), each an `FCASTModel`:
+  flair            FLAIR: ViT + CLIP's flat text encoder (captions truncated to 77 tokens) + FLAIR's flat loss
+  flair-cast       + ViT -> CAST (FLAIR's loss grounds in CAST's top stage)
+  flair-cast-hier  + CLIP text encoder -> hierarchical (t^long joins the sub-captions as a positive of L_mps)
+  fcast            + flat loss -> two-level loss: F-CAST, L = L_part + L_whole (Eq. 7-8)
+  fcast-no-part    F-CAST without the part-level loss (Table 5's "w/o Part alignment"; LoTLIP-style whole level only)
 Batches hold B images with K sub-captions each (`--num_sub_captions`; the first N = 4 are the random chunks of the
-long caption, App. C). Evaluation on the test scenes: R@1 both ways with the long captions (balanced chunking), and
-within the hard-negative pairs whose captions differ only after token 77 (chance 50). Grounding: every object
-sentence of a test scene names one object whose box is known; its AttnPool attention (Eq. 6) is carried to the
-pixels (per superpixel, spread over its area): the pointing game (is the attention peak inside the box?) and the
-attention mass inside the box, against the box's share of the image (what a uniform map scores).
+long caption, App. C); the flat-text rows see the same K sub-captions and read a long caption as one 77-token text.
+Evaluation on the test scenes: R@1 both ways with the long captions (balanced chunking), and within the
+hard-negative pairs whose captions differ only after token 77 (chance 50). Grounding: every object sentence of a test
+scene names one object whose box is known; its AttnPool attention (Eq. 6) is carried to the pixels (per superpixel
+or patch, spread over its area): the pointing game (is the attention peak inside the box? The peak is a whole
+superpixel or patch, so the share of its pixels inside the box counts) and the attention mass inside the box,
+against the box's share of the image (what a uniform map scores).
 
 Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
-`loss_curves.png`, `summary.json` / `summary.png` and `grounding.png` (three sub-captions per image, head-averaged
-attention, F-CAST's model). Seeds (`--seeds 0,1,2`), resume, LoRA and Hub push (with `model_cards/fcast.md`) as in
+`loss_curves.png`, `summary.json` / `summary.png` and `grounding-fcast.png` / `grounding-flair.png` (three
+sub-captions per image, head-averaged attention, F-CAST's and FLAIR's models, Fig. 4 right / Fig. 7). Seeds
+(`--seeds 0,1,2`), resume, LoRA and Hub push of the F-CAST variants (with `model_cards/fcast.md`) as in
 train_himo.py.
 """
 
@@ -42,12 +49,29 @@ from hf_longclip.training.recipe import (
     train_variants,
 )
 
-VARIANTS = {"fcast": 1.0, "fcast-no-part": 0.0}  # name: weight of L_part
+
+
+@dataclass(frozen=True)
+class Variant:
+    vision_backbone: str  # "cast" or "vit"
+    hierarchical: bool  # hierarchical text encoder, or CLIP's flat one
+    objective: str  # "fcast" (two-level) or "flair" (flat)
+    part_loss_weight: float = 1.0
+
+
+VARIANTS = {  # Table 2's rows from FLAIR to F-CAST, then Table 5's ablation
+    "flair": Variant("vit", False, "flair"),
+    "flair-cast": Variant("cast", False, "flair"),
+    "flair-cast-hier": Variant("cast", True, "flair"),
+    "fcast": Variant("cast", True, "fcast"),
+    "fcast-no-part": Variant("cast", True, "fcast", part_loss_weight=0.0),
+}
+FIGURES = ("fcast", "flair")  # variants whose grounding is drawn; `--push_to_hub` publishes the F-CAST ones
 METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i", "pointing_game", "box_mass")
 MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "fcast.md"
 CHUNK_TOKENS = 77
 FIGURE_ROWS = (0, 2, 4)  # test scenes of three different hard-negative groups (rows 2g and 2g + 1 share one)
-LOOP_DEFAULTS = dict(output_dir="outputs/fcast", max_steps=400, per_device_train_batch_size=32,
+LOOP_DEFAULTS = dict(output_dir="outputs/fcast", max_steps=300, per_device_train_batch_size=64,
                      learning_rate=1e-3, weight_decay=0.05, warmup_steps=25, logging_steps=25,
                      dataloader_num_workers=1)
 
@@ -57,6 +81,7 @@ class ScriptArguments:
     variants: str = field(default=",".join(VARIANTS), metadata={"help": f"comma list of {list(VARIANTS)}"})
     image_size: int = field(default=64, metadata={"help": "image side in pixels (scenes rendered at it)"})
     num_segments: int = field(default=49, metadata={"help": "CAST's superpixels per image"})
+    vit_patch_size: int = field(default=8, metadata={"help": "the ViT's patch side (8 px at 64 px: 64 patches)"})
     num_clusters: str = field(default="16,8", metadata={"help": "segments after each graph pooling; F-CAST grounds "
                                                                "sub-captions in the second stage's (the first entry)"})
     hidden_size: int = field(default=64, metadata={"help": "width of both towers and of the joint space"})
@@ -67,6 +92,7 @@ class ScriptArguments:
     num_test: int = field(default=300, metadata={"help": "synthetic test scenes"})
     grounding_images: int = field(default=100, metadata={"help": "test scenes whose object sentences are grounded"})
     dataset_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes"})
+    logit_bias_init: float = field(default=-10.0, metadata={"help": "initial sigmoid bias of every level (Sec. 4.1: -10)"})
 
     def __post_init__(self):
         self.variant_list = [name.strip() for name in self.variants.split(",") if name.strip()]
@@ -76,28 +102,35 @@ class ScriptArguments:
 
 
 def build(variant: str, args: ScriptArguments, processor: FCASTProcessor) -> FCASTModel:
-    tokenizer, width = processor.tokenizer, args.hidden_size
+    """The variant's model. Equal width and heads everywhere; the flat text encoder has stage 1 and stage 2's blocks
+    in one stack (the same total depth, as CLIP's 12 against F-CAST's 8 + 4), the ViT as many blocks as CAST."""
+    spec, tokenizer, width = VARIANTS[variant], processor.tokenizer, args.hidden_size
+    stage2 = args.stage2_layers if spec.hierarchical else 0
     text = dict(vocab_size=len(tokenizer), hidden_size=width, intermediate_size=4 * width, num_attention_heads=4,
-                num_hidden_layers=args.stage1_layers, num_stage2_layers=args.stage2_layers,
-                max_position_embeddings=CHUNK_TOKENS, bos_token_id=tokenizer.bos_token_id,
-                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    vision = dict(hidden_size=width, num_attention_heads=4, intermediate_size=4 * width, image_size=args.image_size,
-                  num_segments=args.num_segments, depths=[1] * (len(args.cluster_list) + 1),
-                  num_clusters=args.cluster_list)
-    return FCASTModel(FCASTConfig(text_config=text, vision_config=vision, projection_dim=width, pool_heads=4,
-                                  part_loss_weight=VARIANTS[variant]))
-
-
-def attention_density(pixel_attention: torch.Tensor, superpixels: torch.Tensor) -> torch.Tensor:
-    """(Q, H, W) maps summing to one: each superpixel's attention spread evenly over its pixels."""
-    area = torch.bincount(superpixels.flatten()).float()
-    return pixel_attention / area[superpixels][None]
+                num_hidden_layers=args.stage1_layers + args.stage2_layers - stage2, num_stage2_layers=stage2,
+                num_chunks=processor.num_chunks, max_position_embeddings=CHUNK_TOKENS,
+                bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id)
+    blocks = len(args.cluster_list) + 1
+    tower = dict(hidden_size=width, num_attention_heads=4, intermediate_size=4 * width, image_size=args.image_size)
+    if spec.vision_backbone == "vit":
+        vision = dict(tower, num_hidden_layers=blocks, patch_size=args.vit_patch_size)
+    else:
+        vision = dict(tower, num_segments=args.num_segments, depths=[1] * blocks, num_clusters=args.cluster_list)
+    grounding_stage = blocks - 1 if spec.objective == "flair" else 1  # FLAIR: the top layer; F-CAST: v^fine
+    return FCASTModel(FCASTConfig(text_config=text, vision_config=vision, vision_backbone=spec.vision_backbone,
+                                  objective=spec.objective, grounding_stage=grounding_stage, projection_dim=width,
+                                  pool_heads=4, part_loss_weight=spec.part_loss_weight,
+                                  part_logit_bias_init_value=args.logit_bias_init,
+                                  whole_logit_bias_init_value=args.logit_bias_init))
 
 
 @torch.no_grad()
 def grounding_scores(model: FCASTModel, processor: FCASTProcessor, rows) -> dict:
     """Pointing game and attention mass in the box over every object sentence of `rows` (sentence m + 1 names the
-    object of box m), with the boxes' mean share of the image (a uniform map's mass) for reference."""
+    object of box m), with the boxes' mean share of the image (a uniform map's mass) for reference. The attention is
+    `get_grounding`'s pixel density (per superpixel or patch, spread over its area), so its peak is a region: a hit
+    counts the share of the peak's pixels inside the box (argmax alone would pick the region's first pixel)."""
     model.eval()
     hits, masses, shares = [], [], []
     for row in rows:
@@ -105,14 +138,14 @@ def grounding_scores(model: FCASTModel, processor: FCASTProcessor, rows) -> dict
         inputs = processor(text=[objects], images=[row["image"]], padding="longest").to(model.device)
         out = model.get_grounding(inputs["pixel_values"], inputs["superpixels"], inputs["input_ids"],
                                   inputs["attention_mask"])
-        density = attention_density(out.pixel_attention[0].cpu(), inputs["superpixels"][0].cpu())
+        density = out.pixel_attention[0].cpu()
         size = density.shape[-1]
         for m, box in enumerate(row["boxes"]):
             x0, y0, x1, y1 = (min(size, max(0, round(v * size))) for v in box)
             inside = torch.zeros(size, size, dtype=torch.bool)
             inside[y0:y1, x0:x1] = True
-            peak = int(density[m].argmax())
-            hits.append(bool(inside.flatten()[peak]))
+            peak = torch.isclose(density[m], density[m].max())  # the whole superpixel or patch at the maximum
+            hits.append(float(peak[inside].sum() / peak.sum()))
             masses.append(float(density[m][inside].sum()))
             shares.append(float(inside.float().mean()))
     return {"pointing_game": 100 * float(np.mean(hits)), "box_mass": 100 * float(np.mean(masses)),
@@ -120,7 +153,7 @@ def grounding_scores(model: FCASTModel, processor: FCASTProcessor, rows) -> dict
 
 
 @torch.no_grad()
-def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Path) -> None:
+def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Path, name: str) -> None:
     """Fig. 7's layout: each image, then the attention maps of three of its object sentences."""
     figure_rows = []
     for row in rows:
@@ -128,33 +161,38 @@ def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Pat
         inputs = processor(text=[subs], images=[row["image"]], padding="longest").to(model.device)
         out = model.get_grounding(inputs["pixel_values"], inputs["superpixels"], inputs["input_ids"],
                                   inputs["attention_mask"])
-        density = attention_density(out.pixel_attention[0].cpu(), inputs["superpixels"][0].cpu())
-        figure_rows.append((processor.image_processor.crop(row["image"]),
-                            [(sub, heat.numpy(), box) for sub, heat, box in zip(subs, density, row["boxes"])]))
-    plot_attention_maps(figure_rows, path, "F-CAST AttnPool attention per sub-caption (white: the named object's box)")
+        figure_rows.append((processor.image_processor.crop(row["image"]), [
+            (sub, heat.numpy(), box) for sub, heat, box in zip(subs, out.pixel_attention[0].cpu(), row["boxes"])]))
+    plot_attention_maps(figure_rows, path, f"{name}: AttnPool attention per sub-caption (white: the named object's box)")
 
 
 def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, accelerator, run_args: dict, scenes,
-        processor: FCASTProcessor, pairs) -> dict[str, dict]:
-    """One seed's run: every variant trained, saved, reloaded and evaluated; Fig. 7 of F-CAST's model; results."""
-    test, output_dir = scenes["test"], Path(loop_args.output_dir)
+        processors: dict[bool, FCASTProcessor], pairs) -> dict[str, dict]:
+    """One seed's run: every variant trained, saved, reloaded and evaluated; Fig. 7 of F-CAST's and FLAIR's models;
+    results. `processors[hierarchical]`: N = 4 chunks, or the flat encoder's one 77-token text per caption."""
+    test, output_dir, built = scenes["test"], Path(loop_args.output_dir), []
 
     def build_task(variant: str):
         set_seed(loop_args.seed)
-        return FCASTTask(build(variant, args, processor),
-                         FCASTCollator(processor, args.num_sub_captions, seed=loop_args.seed)), processor
+        built.append(variant)
+        processor = processors[VARIANTS[variant].hierarchical]
+        collator = FCASTCollator(processor, args.num_sub_captions, seed=loop_args.seed,
+                                 num_chunks=processors[True].num_chunks)  # every variant: the same sub-captions
+        return FCASTTask(build(variant, args, processor), collator), processor
 
     def evaluate(model, processor):
         result = {**evaluate_text_lengths(model, processor, test, pairs, loop_args.per_device_eval_batch_size),
                   **grounding_scores(model, processor, test.select(range(min(args.grounding_images, len(test)))))}
-        if model.config.part_loss_weight > 0:
-            plot_grounding(model, processor, [test[i] for i in FIGURE_ROWS], output_dir / "grounding.png")
+        if built[-1] in FIGURES:  # the variant just trained
+            plot_grounding(model, processor, [test[i] for i in FIGURE_ROWS], output_dir / f"grounding-{built[-1]}.png",
+                           built[-1])
         return result
 
     results, histories = train_variants(accelerator, args.variant_list, build_task, evaluate, scenes, loop_args,
                                         lora_args)
     publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card_template=MODEL_CARD,
-            card_info=FCAST_CARD, hub_args=hub_args, run_args=run_args)
+            card_info=FCAST_CARD, hub_args=hub_args, run_args=run_args,
+            push_variants=[name for name in args.variant_list if VARIANTS[name].objective == "fcast"])  # not baselines
     if accelerator.is_main_process:
         print(f"\nF-CAST miniature ({len(test)} test scenes; {len(pairs)} hard pairs differ only after token "
               f"{CHUNK_TOKENS}, chance 50; grounding over object sentences, uniform-map box mass "
@@ -169,12 +207,13 @@ def main() -> None:
         scenes = load_synthetic_scenes(seed=args.dataset_seed, num_train=args.num_train, num_test=args.num_test,
                                        num_validation=2, image_size=args.image_size)
     tokenizer = train_scene_tokenizer(scene_corpus(scenes), model_max_length=CHUNK_TOKENS)
-    processor = FCASTProcessor(CASTImageProcessor(size=args.image_size, num_segments=args.num_segments), tokenizer,
-                               max_length=CHUNK_TOKENS)
+    image_processor = CASTImageProcessor(size=args.image_size, num_segments=args.num_segments)
+    processors = {hierarchical: FCASTProcessor(image_processor, tokenizer, max_length=CHUNK_TOKENS,
+                                               num_chunks=4 if hierarchical else 1) for hierarchical in (True, False)}
     pairs = late_difference_pairs(scenes["test"], tokenizer, CHUNK_TOKENS)
     run_over_seeds(accelerator, loop_args, hub_args,
                    lambda seed_args: run(args, seed_args, lora_args, hub_args, accelerator, run_args, scenes,
-                                         processor, pairs),
+                                         processors, pairs),
                    METRICS, title="train_fcast")
     accelerator.end_training()
 

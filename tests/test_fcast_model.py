@@ -1,7 +1,8 @@
 """F-CAST's model and two-level loss: Eq. 7-8 against a direct transcription (loops over images, captions and
 sub-captions), FLAIR's pair construction, Sec. 4.1's initial temperatures and biases, the hierarchical text encoder
 (chunks packed into one batch, stage 2 over the first N), grounding maps, clear errors, and 2-process DDP equal to
-one process on the concatenated batch."""
+one process on the concatenated batch; the Table 2 baselines (ViT, CLIP's flat text encoder, FLAIR's flat loss
+against a transcription of its released formula)."""
 
 import os
 import subprocess
@@ -15,6 +16,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
+from hf_longclip.models.fcast import FCASTTextConfig
+from hf_longclip.data.chunking import balanced_chunks
 from hf_longclip.data.tokenizer import train_scene_tokenizer
 from hf_longclip.objectives import part_level_queries
 
@@ -27,38 +30,49 @@ CAPTIONS = [
 ]
 
 
-def tiny_processor() -> FCASTProcessor:
+TABLE2 = {  # name: (vision_backbone, hierarchical text encoder, objective), FLAIR to F-CAST
+    "flair": ("vit", False, "flair"), "flair-cast": ("cast", False, "flair"), "flair-cast-hier": ("cast", True, "flair"),
+    "fcast": ("cast", True, "fcast"),
+}
+
+
+def tiny_processor(num_chunks: int = 4) -> FCASTProcessor:
     tokenizer = train_scene_tokenizer(CAPTIONS, model_max_length=77)
-    return FCASTProcessor(CASTImageProcessor(size=32, num_segments=16), tokenizer, max_length=16)
+    return FCASTProcessor(CASTImageProcessor(size=32, num_segments=16), tokenizer, max_length=16, num_chunks=num_chunks)
 
 
-def tiny_config(**overrides) -> FCASTConfig:
+def tiny_config(row: str = "fcast", **overrides) -> FCASTConfig:
+    """A tiny configuration of one of Table 2's rows."""
+    backbone, hierarchical, objective = TABLE2[row]
     tokenizer = tiny_processor().tokenizer
     text = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_attention_heads=4,
-                num_hidden_layers=2, num_stage2_layers=1, max_position_embeddings=16,
-                eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+                num_hidden_layers=2, num_stage2_layers=int(hierarchical), num_chunks=4 if hierarchical else 1,
+                max_position_embeddings=16, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
                 pad_token_id=tokenizer.pad_token_id)
-    vision = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64, image_size=32, num_segments=16,
-                  depths=[1, 1, 1], num_clusters=[6, 3])
-    return FCASTConfig(text_config=text, vision_config=vision, **{"projection_dim": 16, "pool_heads": 2, **overrides})
+    tower = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64, image_size=32)
+    vision = (dict(tower, num_hidden_layers=2, patch_size=8) if backbone == "vit" else
+              dict(tower, num_segments=16, depths=[1, 1, 1], num_clusters=[6, 3]))
+    defaults = {"text_config": text, "vision_config": vision, "projection_dim": 16, "pool_heads": 2,
+                "vision_backbone": backbone, "objective": objective, "grounding_stage": 2 if objective == "flair" else 1}
+    return FCASTConfig(**{**defaults, **overrides})
 
 
-def tiny_fcast(seed: int = 0, **overrides) -> FCASTModel:
+def tiny_fcast(seed: int = 0, row: str = "fcast", **overrides) -> FCASTModel:
     torch.manual_seed(seed)
-    return FCASTModel(tiny_config(**overrides))
+    return FCASTModel(tiny_config(row, **overrides))
 
 
 def random_images(n: int) -> list[Image.Image]:
     return [Image.fromarray(np.random.default_rng(i).integers(0, 256, (40, 48, 3), dtype=np.uint8)) for i in range(n)]
 
 
-def training_inputs(k: int = 6) -> dict:
+def training_inputs(k: int = 6, row: str = "fcast") -> dict:
     """4 images, each with K sub-captions: its caption's 4 balanced chunks, then sentences of the next caption."""
-    processor = tiny_processor()
+    processor = tiny_processor(4 if TABLE2[row][1] else 1)
     subs = []
     for index, caption in enumerate(CAPTIONS):
-        other = processor.chunk(CAPTIONS[(index + 1) % len(CAPTIONS)])
-        subs.append(processor.chunk(caption) + other[: k - 4])
+        other = balanced_chunks(CAPTIONS[(index + 1) % len(CAPTIONS)], 4)
+        subs.append(balanced_chunks(caption, 4) + other[: k - 4])
     return dict(processor(text=subs, images=random_images(len(CAPTIONS))))
 
 
@@ -85,6 +99,78 @@ def transcribed_loss(model: FCASTModel, inputs: dict) -> dict:
                 part = part - F.logsigmoid(y * (tau_p * cosine + b_p))  # Eq. 7
             whole = whole - F.logsigmoid(y * (tau_w * (v_coarse[i] @ t_long[j]) + b_w))  # Eq. 8
     return {"part_loss": part / batch, "whole_loss": whole / batch}
+
+
+def transcribed_flair_loss(model: FCASTModel, inputs: dict) -> dict:
+    """FLAIR's released loss written out: L_tcs over its downsampled pairs (own K sub-captions positive, one of every
+    other image negative), summed and divided by K + B - 1; L_mps of the global image against all B x T texts (its
+    own positive; T = K, plus t^long with a hierarchical text encoder) divided by B x T; one scale and bias."""
+    vision = model.get_image_features(inputs["pixel_values"], inputs["superpixels"])
+    text = model.get_text_features(inputs["input_ids"], inputs["attention_mask"])
+    if model.config.vision_backbone == "vit":
+        tokens, padding = vision.last_hidden_state[:, 1:], None
+    else:
+        stage = model.config.grounding_stage
+        tokens, padding = vision.segment_tokens[stage], vision.segment_masks[stage] == 0
+    t_sub, image = text.sub_caption_embeds, F.normalize(vision.pooler_output, dim=-1)
+    batch, k = t_sub.shape[:2]
+    scale, bias = model.logit_scale.exp(), model.logit_bias
+    texts = [list(F.normalize(t_sub[j], dim=-1)) for j in range(batch)]
+    if model.config.text_config.is_hierarchical:
+        for j in range(batch):
+            texts[j].append(F.normalize(text.pooler_output[j], dim=-1))
+    tcs = mps = 0.0
+    for i in range(batch):
+        pad = None if padding is None else padding[i][None]
+        for j in range(batch):
+            y = 1.0 if i == j else -1.0
+            for kk in range(k):
+                if i == j or kk == j % k:
+                    pooled, _ = model.grounding_pool(t_sub[j, kk][None, None], tokens[i][None], pad)
+                    tcs = tcs - F.logsigmoid(y * (scale * F.cosine_similarity(pooled[0, 0], t_sub[j, kk], dim=0) + bias))
+            for t in texts[j]:
+                mps = mps - F.logsigmoid(y * (scale * image[i] @ t + bias))
+    per_image = len(texts[0])
+    return {"text_conditioned_loss": tcs / (k + batch - 1) / 2, "multi_positive_loss": mps / (batch * per_image) / 2}
+
+
+@pytest.mark.parametrize("row", ["flair", "flair-cast", "flair-cast-hier"])
+def test_flair_loss_matches_its_released_formula(row):
+    model = tiny_fcast(row=row).eval()
+    inputs = training_inputs(row=row)
+    out = model(**inputs, return_loss=True)
+    expected = transcribed_flair_loss(model, inputs)
+    assert set(out.loss_terms) == set(expected)
+    for name, value in expected.items():
+        torch.testing.assert_close(out.loss_terms[name], value.reshape(()), atol=1e-5, rtol=1e-5)
+    out.loss.backward()  # FLAIR has one scale and bias: F-CAST's part-level pair is frozen, every other one trains
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+    missing = [name for name, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.any())]
+    assert frozen == {"part_logit_scale", "part_logit_bias"} and missing == []
+
+
+def test_flat_text_encoder_reads_a_caption_as_one_truncated_text():
+    model, processor = tiny_fcast(row="flair").eval(), tiny_processor(num_chunks=1)
+    assert model.text_stage2 is None and model.text_adapter is None
+    inputs = processor(text=CAPTIONS)
+    assert inputs["input_ids"].shape == (4, 1, 16)  # the whole caption, one chunk, truncated to 16 tokens
+    plain = processor.tokenizer(CAPTIONS, padding="max_length", truncation=True, max_length=16, return_tensors="pt")
+    torch.testing.assert_close(inputs["input_ids"][:, 0], plain["input_ids"])
+    with torch.no_grad():
+        features = model.get_text_features(**inputs)
+        direct = model.text_projection(model.text_model(**plain).pooler_output)
+    torch.testing.assert_close(features.pooler_output, direct)
+
+
+def test_table2_checkpoints_reload(tmp_path):
+    for row in ("flair", "flair-cast-hier"):
+        model, inputs = tiny_fcast(row=row).eval(), training_inputs(row=row)
+        model.save_pretrained(tmp_path / row)
+        reloaded = FCASTModel.from_pretrained(tmp_path / row).eval()
+        assert reloaded.config.vision_backbone == TABLE2[row][0]
+        assert type(reloaded.config.vision_config).__name__ == ("CLIPVisionConfig" if row == "flair" else "CASTVisionConfig")
+        with torch.no_grad():
+            torch.testing.assert_close(reloaded(**inputs, return_loss=True).loss, model(**inputs, return_loss=True).loss)
 
 
 def test_two_level_loss_matches_the_transcribed_equations():
@@ -160,11 +246,29 @@ def test_grounding_attention_over_segments_and_pixels():
     vision = model.get_image_features(inputs["pixel_values"], inputs["superpixels"])
     padded = vision.segment_masks[1] == 0
     assert (grounding.segment_attention.transpose(1, 2)[padded] == 0).all()
-    # pixel map: attention carried through the soft assignment A (196-level -> 64-level), read at each superpixel
+    # pixel density: attention carried through the soft assignment A (196-level -> 64-level), read at each superpixel
+    # and spread over its area
     i, q, y, x = 1, 2, 5, 7
     label = inputs["superpixels"][i, y, x]
-    expected = vision.assignments[0][i, label] @ grounding.segment_attention[i, q]
+    area = (inputs["superpixels"][i] == label).sum()
+    expected = vision.assignments[0][i, label] @ grounding.segment_attention[i, q] / area
     torch.testing.assert_close(grounding.pixel_attention[i, q, y, x], expected)
+    on_superpixels = torch.stack([vision.assignments[0][b, inputs["superpixels"][b].unique()].sum(0)
+                                  for b in range(4)])  # (4, 6): each segment's stage-0 mass that has pixels
+    torch.testing.assert_close(grounding.pixel_attention.sum((-2, -1)),
+                               (grounding.segment_attention * on_superpixels[:, None]).sum(-1))
+
+
+def test_vit_grounding_reads_the_patches():
+    model = tiny_fcast(row="flair").eval()
+    inputs = training_inputs(row="flair")
+    grounding = model.get_grounding(inputs["pixel_values"], None, inputs["input_ids"][:, :1])
+    assert grounding.segment_attention.shape == (4, 1, 16)  # 32 px / 8 px patches: 4 x 4
+    torch.testing.assert_close(grounding.pixel_attention.sum((-2, -1)), torch.ones(4, 1))
+    # pixel (y, x) lies in patch (y // 8) * 4 + x // 8 and gets its attention over the patch's 64 pixels
+    for y, x in ((0, 0), (9, 30), (31, 17)):
+        torch.testing.assert_close(grounding.pixel_attention[:, 0, y, x],
+                                   grounding.segment_attention[:, 0, (y // 8) * 4 + x // 8] / 64)
 
 
 def test_bad_input_is_named():
@@ -179,6 +283,16 @@ def test_bad_input_is_named():
         model.get_text_features(torch.ones(1, 4, 17, dtype=torch.long))
     with pytest.raises(ValueError, match="pool_heads"):
         tiny_config(pool_heads=3)
+    with pytest.raises(ValueError, match="vision_backbone must be one of"):
+        tiny_config(vision_backbone="resnet")
+    with pytest.raises(ValueError, match="objective must be one of"):
+        tiny_config(objective="clip")
+    with pytest.raises(ValueError, match="FLAIR's flat loss has no such weight"):
+        tiny_config("flair", part_loss_weight=0.0)
+    with pytest.raises(ValueError, match="needs a CLIPVisionConfig, got CASTVisionConfig"):
+        tiny_config("fcast", vision_backbone="vit", vision_config=tiny_config().vision_config)
+    with pytest.raises(ValueError, match="flat text encoder .* num_chunks must be 1, got 4"):
+        FCASTTextConfig(num_stage2_layers=0, num_chunks=4)
 
 
 def test_training_step_reaches_every_parameter():
@@ -233,7 +347,7 @@ def per_rank_step(reference_path: str) -> None:
     accelerator = Accelerator(cpu=True)
     assert accelerator.num_processes == WORLD_SIZE
     reference = torch.load(reference_path)
-    model = accelerator.prepare(tiny_fcast(seed=0))
+    model = accelerator.prepare(tiny_fcast(seed=0, row=reference["row"]))
     model.eval()  # CAST's stem has BatchNorm: eval mode keeps its statistics out of the per-process batch
     rank, n = accelerator.process_index, len(reference["inputs"]["input_ids"]) // WORLD_SIZE
     local = {k: v[rank * n : (rank + 1) * n] for k, v in reference["inputs"].items()}
@@ -242,19 +356,22 @@ def per_rank_step(reference_path: str) -> None:
     for name, value in out.loss_terms.items():
         mean = accelerator.reduce(value.detach(), reduction="mean")
         torch.testing.assert_close(mean, reference["terms"][name], atol=1e-5, rtol=1e-5)
-    for name, param in accelerator.unwrap_model(model).named_parameters():
+    trained = {name: p for name, p in accelerator.unwrap_model(model).named_parameters() if p.requires_grad}
+    assert trained.keys() == reference["grads"].keys()
+    for name, param in trained.items():
         torch.testing.assert_close(param.grad, reference["grads"][name], atol=1e-5, rtol=1e-4, msg=name)
 
 
 @pytest.mark.slow
-def test_two_processes_equal_one_process_on_the_concatenated_batch(tmp_path):
-    inputs = training_inputs()
-    model = tiny_fcast(seed=0).eval()
+@pytest.mark.parametrize("row", ["fcast", "flair-cast-hier"])
+def test_two_processes_equal_one_process_on_the_concatenated_batch(row, tmp_path):
+    inputs = training_inputs(row=row)
+    model = tiny_fcast(seed=0, row=row).eval()
     out = model(**inputs, return_loss=True)
     out.loss.backward()
     path = tmp_path / "reference.pt"
-    torch.save({"inputs": inputs, "terms": {k: v.detach() for k, v in out.loss_terms.items()},
-                "grads": {name: p.grad.clone() for name, p in model.named_parameters()}}, path)
+    torch.save({"row": row, "inputs": inputs, "terms": {k: v.detach() for k, v in out.loss_terms.items()},
+                "grads": {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad}}, path)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD_SIZE),
                "--master_port", str(29700 + os.getpid() % 1000), __file__, str(path)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).parent))

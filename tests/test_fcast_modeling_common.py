@@ -1,7 +1,8 @@
 """transformers' common model tests (`ModelTesterMixin`, `ConfigTester` of the installed transformers) for
 `FCASTModel`, reusing `DualEncoderCommonTests` (its skips and reasons) with a model tester whose inputs are F-CAST's:
 texts as (batch, chunks, tokens) with the end-of-text token in every chunk, pixel values and superpixel label maps
-(some ids without pixels: padding). `FCASTUsageTest` runs in any case: tuple outputs, torch.compile without graph
+(some ids without pixels: padding). `FLAIRModelTest` runs them again on FLAIR's row of Table 2 (a ViT, CLIP's flat text
+encoder, FLAIR's flat loss). `FCASTUsageTest` runs in any case: tuple outputs, torch.compile without graph
 breaks, and the clear error for a chunk without its end-of-text token."""
 
 import tempfile
@@ -10,6 +11,7 @@ import unittest
 import pytest
 import torch
 from test_modeling_common import UNAVAILABLE, DualEncoderCommonTests, seed_test_inputs
+from transformers import CLIPVisionConfig
 from transformers.testing_utils import require_torch, torch_device
 
 from hf_longclip import CASTVisionConfig, FCASTConfig, FCASTModel
@@ -20,6 +22,9 @@ if UNAVAILABLE is None:
 
 
 class FCASTModelTester:
+    loss_terms = {"part_loss", "whole_loss"}
+    vision_config_class = CASTVisionConfig
+
     def __init__(self, parent, batch_size=7, chunks=5, seq_length=7, vocab_size=99, eos_token_id=98, image_size=32,
                  num_segments=12, is_training=True):
         self.parent, self.batch_size, self.chunks, self.seq_length = parent, batch_size, chunks, seq_length
@@ -63,10 +68,26 @@ class FCASTModelTester:
     def create_and_check_model_with_loss(self, config, inputs):
         model = FCASTModel(config).to(torch_device).train()
         result = model(**inputs, return_loss=True)
-        self.parent.assertEqual(set(result.loss_terms), {"part_loss", "whole_loss"})
+        self.parent.assertEqual(set(result.loss_terms), self.loss_terms)
         self.parent.assertTrue(torch.isfinite(result.loss))
         result.loss.backward()
         self.parent.assertTrue(all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None))
+
+
+class FLAIRModelTester(FCASTModelTester):
+    """FLAIR's row of Table 2 as an `FCASTModel`: transformers' CLIP ViT, the flat text encoder, FLAIR's loss."""
+
+    loss_terms = {"text_conditioned_loss", "multi_positive_loss"}
+    vision_config_class = CLIPVisionConfig
+
+    def get_config(self) -> FCASTConfig:
+        text = dict(vocab_size=self.vocab_size, hidden_size=32, intermediate_size=37, num_attention_heads=4,
+                    num_hidden_layers=2, num_stage2_layers=0, num_chunks=1, max_position_embeddings=16,
+                    bos_token_id=0, pad_token_id=1, eos_token_id=self.eos_token_id)
+        vision = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37, image_size=self.image_size,
+                      patch_size=8, num_hidden_layers=2)
+        return FCASTConfig(text_config=text, vision_config=vision, vision_backbone="vit", objective="flair",
+                           projection_dim=16, pool_heads=2)
 
 
 @require_torch
@@ -95,8 +116,16 @@ class FCASTModelTest(DualEncoderCommonTests, unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp_dir_name:
             config.save_pretrained(tmp_dir_name)
             self.assertDictEqual(config.vision_config.to_dict(),
-                                 CASTVisionConfig.from_pretrained(tmp_dir_name).to_dict())
+                                 self.model_tester.vision_config_class.from_pretrained(tmp_dir_name).to_dict())
             self.assertDictEqual(config.text_config.to_dict(), FCASTTextConfig.from_pretrained(tmp_dir_name).to_dict())
+
+
+@require_torch
+@unittest.skipIf(UNAVAILABLE is not None, UNAVAILABLE)
+class FLAIRModelTest(FCASTModelTest):
+    def setUp(self):
+        super().setUp()
+        self.model_tester = FLAIRModelTester(self)
 
 
 class FCASTUsageTest(unittest.TestCase):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image
-from test_fcast_model import CAPTIONS, random_images, tiny_fcast, tiny_processor
+from test_fcast_model import CAPTIONS, TABLE2, random_images, tiny_fcast, tiny_processor
 
 from hf_longclip.export import model_bundle
 
@@ -65,8 +65,9 @@ def run_fresh(script: str, checkpoint: Path, tmp_path: Path) -> dict:
     return torch.load(output)
 
 
-def save_checkpoint(path: Path):
-    model, processor = tiny_fcast().eval(), tiny_processor()
+def save_checkpoint(path: Path, row: str = "fcast"):
+    """A tiny checkpoint of one of Table 2's rows (FLAIR: its processor reads a caption as one text)."""
+    model, processor = tiny_fcast(row=row).eval(), tiny_processor(4 if TABLE2[row][1] else 1)
     processor.tokenizer.model_max_length = processor.max_length  # the pipeline tokenizes with the tokenizer alone
     model.save_pretrained(path)
     processor.save_pretrained(path)
@@ -100,8 +101,9 @@ def test_modeling_bundle_is_what_save_pretrained_writes(tmp_path):
 
 
 @pytest.mark.slow
-def test_checkpoint_loads_and_runs_without_the_library(tmp_path):
-    _, _, expected = save_checkpoint(tmp_path / "ckpt")
+@pytest.mark.parametrize("row", ["fcast", "flair"])
+def test_checkpoint_loads_and_runs_without_the_library(row, tmp_path):
+    _, _, expected = save_checkpoint(tmp_path / "ckpt", row)
     loaded = run_fresh(FRESH_LOAD, tmp_path / "ckpt", tmp_path)
     assert all(module.startswith("transformers_modules.") for module in loaded["classes"])
     torch.testing.assert_close(loaded["input_ids"], expected["input_ids"])

@@ -1,7 +1,7 @@
-"""examples/train_fcast.py under a real `accelerate launch`, tiny: one process, 2-process DeepSpeed ZeRO-2 and ZeRO-3
-(the table, the grounding figure, checkpoints AutoModel reloads), and a run killed mid-way that resumes to the
-weights of an uninterrupted one, and `--push_to_hub` with model_cards/fcast.md (loaded back by repo id with the
-package absent)."""
+"""examples/train_fcast.py under a real `accelerate launch`, tiny: one process (Table 2's rows and Table 5's),
+2-process DeepSpeed ZeRO-2 and ZeRO-3 (FLAIR and F-CAST; the table, the grounding figures, checkpoints AutoModel
+reloads), a run killed mid-way that resumes to the weights of an uninterrupted one, and `--push_to_hub` with
+model_cards/fcast.md (loaded back by repo id with the package absent)."""
 
 import json
 import subprocess
@@ -13,13 +13,14 @@ from conftest import kill_when_written
 from fake_hub import FakeHub
 from test_hub_push import TOKEN, hub_env
 from test_train_scale import CONFIGS, REPO, needs_deepspeed, script_env, weights
-from transformers import AutoModel
+from transformers import AutoModel, AutoProcessor
 
 from hf_longclip import FCASTModel
 
 TINY = ["--num_train", "64", "--num_test", "16", "--image_size", "32", "--num_segments", "16", "--num_clusters",
         "8,4", "--hidden_size", "32", "--grounding_images", "4", "--dataloader_num_workers", "0", "--max_steps", "4",
         "--logging_steps", "1", "--warmup_steps", "1"]
+VARIANTS = ["flair", "flair-cast", "flair-cast-hier", "fcast", "fcast-no-part"]
 METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i", "pointing_game", "box_mass")
 
 
@@ -45,18 +46,28 @@ def run(command: list[str], env: dict, cwd) -> subprocess.CompletedProcess:
 ])
 def test_train_fcast_end_to_end(engine, tmp_path):
     batch = "8" if engine[-1] == "1" else "4"  # the same global batch of 8 images
-    result = run(launch(tmp_path / "run", engine, "--per_device_train_batch_size", batch), script_env(tmp_path / "ds"),
-                 tmp_path)
-    assert "fcast-no-part" in result.stdout and "pointing_game" in result.stdout
+    variants = VARIANTS if engine[-1] == "1" else ["flair", "fcast"]  # sharded: the ViT and CAST towers
+    result = run(launch(tmp_path / "run", engine, "--per_device_train_batch_size", batch, "--variants",
+                        ",".join(variants)), script_env(tmp_path / "ds"), tmp_path)
+    assert "pointing_game" in result.stdout and all(name in result.stdout for name in variants)
     report = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert list(report["results"]) == ["fcast", "fcast-no-part"]
+    assert list(report["results"]) == variants
     for metrics in report["results"].values():
         assert all(0 <= metrics[name] <= 100 for name in METRICS)
-    assert [record["step"] for record in report["training"]["fcast"]] == [1, 2, 3, 4]
-    assert "part_loss" in report["training"]["fcast"][0] and "part_loss" not in report["training"]["fcast-no-part"][0]
-    assert (tmp_path / "run" / "grounding.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    training = report["training"]
+    assert [record["step"] for record in training["fcast"]] == [1, 2, 3, 4]
+    assert {"part_loss", "whole_loss"} <= training["fcast"][0].keys()
+    assert {"text_conditioned_loss", "multi_positive_loss"} <= training["flair"][0].keys()
+    if "fcast-no-part" in training:
+        assert "part_loss" not in training["fcast-no-part"][0]
+    for name in ("fcast", "flair"):
+        assert (tmp_path / "run" / f"grounding-{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     model = AutoModel.from_pretrained(tmp_path / "run" / "fcast", trust_remote_code=True)
     assert isinstance(model, FCASTModel) and model.config.part_loss_weight == 1.0
+    flair = AutoModel.from_pretrained(tmp_path / "run" / "flair", trust_remote_code=True)
+    assert (flair.config.vision_backbone, flair.config.objective, flair.config.text_config.num_stage2_layers) == (
+        "vit", "flair", 0)
+    assert AutoProcessor.from_pretrained(tmp_path / "run" / "flair", trust_remote_code=True).num_chunks == 1
 
 
 @pytest.mark.slow

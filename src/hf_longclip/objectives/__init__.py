@@ -8,6 +8,7 @@ Models call them in `forward(return_loss=True)`; the training loop logs every te
 | `OneLIPLoss` | coarse_loss, token_loss, contrastive_loss | OneLIP Eq. 1, 3-7, 10 (TRIM, token distillation; queued hard negatives in Eq. 1) |
 | `SigLipLoss` | sigmoid_loss | SigLIP pairwise sigmoid (F-CAST Eq. 7-8) |
 | `FCASTLoss` | part_loss, whole_loss | F-CAST Eq. 6-8: text-grounded (AttnPool) part-level and whole-level sigmoid |
+| `FLAIRLoss` | text_conditioned_loss, multi_positive_loss | FLAIR's flat loss (F-CAST's Table 2 baseline) |
 | `DITMLoss` | triplet_loss, order_loss | DITM Eq. 4-7: adaptive triplet (VSE++ hardest negatives), ordering |
 
 Each module imports only torch and the shared modelling code, so it travels in a model's remote-code bundle. State
@@ -16,7 +17,7 @@ that needs more (PO-HNM's disk-backed queues, mined with faiss) lives in `hf_lon
 
 from .clip import ClipLoss
 from .ditm import DITMLoss, adaptive_triplet_loss, ordering_loss
-from .fcast import FCASTLoss, part_level_queries, part_level_sigmoid_loss
+from .fcast import FCASTLoss, FLAIRLoss, part_level_queries, text_grounded_pair_losses, text_grounded_pairs
 from .molo import MoLoLoss, hide_components, kept_components, num_principal_components
 from .onelip import OneLIPLoss, TRIMRefine, trim_scores, trim_select
 from .sigmoid import SigLipLoss
@@ -25,6 +26,7 @@ __all__ = [
     "ClipLoss",
     "DITMLoss",
     "FCASTLoss",
+    "FLAIRLoss",
     "MoLoLoss",
     "OneLIPLoss",
     "SigLipLoss",
@@ -35,7 +37,8 @@ __all__ = [
     "num_principal_components",
     "ordering_loss",
     "part_level_queries",
-    "part_level_sigmoid_loss",
+    "text_grounded_pair_losses",
+    "text_grounded_pairs",
     "trim_scores",
     "trim_select",
 ]

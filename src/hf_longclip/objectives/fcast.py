@@ -1,4 +1,5 @@
-"""F-CAST's two-level sigmoid loss (Sec. 3.3, Eq. 6-8): L = L_part + L_whole.
+"""F-CAST's two-level sigmoid loss (Sec. 3.3, Eq. 6-8), L = L_part + L_whole, and FLAIR's flat loss (Xiao et al.
+2025), the baseline F-CAST's Table 2 starts from.
 
 Part level (Eq. 6-7): every sub-caption embedding t_jk queries the image's segment tokens v_i^fine through the
 text-grounded attention pooling (FLAIR's AttnPool); the pooled feature v_i,jk is compared with t_jk by a sigmoid
@@ -11,6 +12,10 @@ embeddings (stage 2), with a second temperature and bias.
 
 Both terms are normalised by the number of local images (SigLIP's convention, `sigmoid_loss`); texts are gathered
 across processes with gradient, so summed over processes each term is that of one process on the whole batch.
+
+FLAIR's flat loss applies both alignments at the top layer, with one temperature and bias: the text-conditioned
+sigmoid loss (L_tcs: the same pairs, pooled over the vision tower's top-layer tokens) and the multi-positive sigmoid
+loss (L_mps: the global image embedding against every text of the batch, the image's own texts positive), averaged.
 """
 
 import torch
@@ -33,14 +38,25 @@ def part_level_queries(sub_embeds: torch.Tensor, all_sub_embeds: torch.Tensor, o
     return torch.cat([sub_embeds, one_each[others]], dim=1)
 
 
-def part_level_sigmoid_loss(queries: torch.Tensor, pooled: torch.Tensor, num_positives: int,
-                            logit_scale: torch.Tensor, logit_bias: torch.Tensor) -> torch.Tensor:
-    """Eq. 7 summed over pairs and divided by the number of images: -sum log sigmoid(y (t cos(v, q) + b)) / B, with
-    y = +1 for the first `num_positives` queries of each image and -1 for the rest."""
+def text_grounded_pair_losses(queries: torch.Tensor, pooled: torch.Tensor, num_positives: int,
+                              logit_scale: torch.Tensor, logit_bias: torch.Tensor) -> torch.Tensor:
+    """Eq. 7 for every pair, (B_local, K + B - 1): -log sigmoid(y (t cos(v^tg, q) + b)), with y = +1 for the first
+    `num_positives` queries of each image and -1 for the rest."""
     logits = logit_scale * F.cosine_similarity(pooled, queries, dim=-1) + logit_bias
     signs = torch.ones_like(logits)
     signs[:, num_positives:] = -1.0
-    return -F.logsigmoid(signs * logits).sum() / queries.shape[0]
+    return -F.logsigmoid(signs * logits)
+
+
+def text_grounded_pairs(sub_embeds: torch.Tensor, tokens: torch.Tensor, padding: torch.Tensor | None, pool,
+                        logit_scale: torch.Tensor, logit_bias: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Eq. 6-7 over FLAIR's pairs: the per-pair losses of this process's images (`text_grounded_pair_losses`) and the
+    global batch size B (sub-caption embeddings gathered with gradient)."""
+    all_sub, offset = gather_with_grad(sub_embeds.flatten(1))
+    queries = part_level_queries(sub_embeds, all_sub.view(-1, *sub_embeds.shape[1:]), offset)
+    pooled, _ = pool(queries, tokens, padding)
+    losses = text_grounded_pair_losses(queries, pooled, sub_embeds.shape[1], logit_scale, logit_bias)
+    return losses, all_sub.shape[0]
 
 
 class FCASTLoss(nn.Module):
@@ -62,12 +78,34 @@ class FCASTLoss(nn.Module):
         all_long, offset = gather_with_grad(long_embeds)
         terms = {"whole_loss": sigmoid_loss(image_embeds, all_long, whole_scale, whole_bias, offset)}
         if self.part_weight:
-            all_sub, _ = gather_with_grad(sub_embeds.flatten(1))
-            queries = part_level_queries(sub_embeds, all_sub.view(-1, *sub_embeds.shape[1:]), offset)
-            pooled, _ = pool(queries, segment_tokens, segment_padding)
-            part = part_level_sigmoid_loss(queries, pooled, sub_embeds.shape[1], part_scale, part_bias)
-            terms = {"part_loss": self.part_weight * part, **terms}
+            pairs, _ = text_grounded_pairs(sub_embeds, segment_tokens, segment_padding, pool, part_scale, part_bias)
+            terms = {"part_loss": self.part_weight * pairs.sum() / image_embeds.shape[0], **terms}
         return terms
 
 
-__all__ = ["FCASTLoss", "part_level_queries", "part_level_sigmoid_loss"]
+class FLAIRLoss(nn.Module):
+    """FLAIR's flat loss, L = (L_tcs + L_mps) / 2, returned as `{"text_conditioned_loss": L_tcs / 2,
+    "multi_positive_loss": L_mps / 2}`; one temperature and bias serve both terms (FLAIR's single pair).
+
+    `forward(image_embeds (B, D) normalised global image embeddings, text_embeds (B, T, D) normalised texts each
+    image's global embedding is aligned with (its K sub-captions; F-CAST's hierarchical encoder appends t^long),
+    sub_embeds (B, K, D) the sub-caption queries, tokens (B, S, C) the top layer's tokens, padding (B, S) or None,
+    pool, logit scale, logit bias)`.
+    Normalisation as FLAIR's released code: each term is its mean pair loss times the global batch size B (the
+    L_tcs sum divided by K + B - 1, the L_mps sum by B x T), so the mean over processes is the one-process loss."""
+
+    def forward(self, image_embeds, text_embeds, sub_embeds, tokens, padding, pool, logit_scale, logit_bias) -> dict:
+        if image_embeds.shape[0] == 0:
+            raise ValueError("FLAIR's loss needs a non-empty batch")
+        pairs, batch = text_grounded_pairs(sub_embeds, tokens, padding, pool, logit_scale, logit_bias)
+        all_texts, offset = gather_with_grad(text_embeds.flatten(1))
+        per_image = text_embeds.shape[1]
+        logits = logit_scale * image_embeds @ all_texts.view(-1, text_embeds.shape[-1]).T + logit_bias
+        owner = torch.arange(logits.shape[1], device=logits.device) // per_image  # image of each text column
+        rows = torch.arange(logits.shape[0], device=logits.device) + offset
+        signs = torch.where(owner[None] == rows[:, None], 1.0, -1.0).to(logits.dtype)
+        multi_positive = -F.logsigmoid(signs * logits).mean() * batch
+        return {"text_conditioned_loss": pairs.mean() * batch / 2, "multi_positive_loss": multi_positive / 2}
+
+
+__all__ = ["FCASTLoss", "FLAIRLoss", "part_level_queries", "text_grounded_pair_losses", "text_grounded_pairs"]

@@ -1,11 +1,13 @@
 """F-CAST configuration ("Aligning Forest and Trees in Images and Long Captions", Sec. 3-4.1): a CAST vision
 configuration, a hierarchical text configuration (stage 1 over each chunk, stage 2 over the chunk embeddings) and
-the two-level loss's temperatures and biases."""
+the two-level loss's temperatures and biases. Switches give the rows of its Table 2 between FLAIR and F-CAST: a ViT
+instead of CAST, CLIP's flat text encoder instead of the hierarchical one, FLAIR's flat loss instead of the
+two-level one."""
 
 import math
 
 from huggingface_hub.dataclasses import strict
-from transformers import CLIPTextConfig, PreTrainedConfig
+from transformers import CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
 
 from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
 from hf_longclip.models.cast.configuration_cast import CASTVisionConfig
@@ -18,7 +20,9 @@ class FCASTTextConfig(CLIPTextConfig):
     end-of-text token); stage 2 has the same width and heads and these:
 
     num_stage2_layers (`int`, defaults to 4):
-        L2, the blocks of stage 2 (bidirectional, over [CLS] and the chunk embeddings).
+        L2, the blocks of stage 2 (bidirectional, over [CLS] and the chunk embeddings). 0 gives CLIP's flat text
+        encoder (FLAIR's, Table 2's first two rows): no adapter, no stage 2, a caption read as one chunk (N = 1)
+        truncated to `max_position_embeddings`.
     num_chunks (`int`, defaults to 4):
         N, the chunks of a long caption: stage 2's context is N plus [CLS] (a caption may also come as fewer chunks).
     adapter_reduction (`int`, defaults to 4), adapter_ratio (`float`, defaults to 0.2):
@@ -36,10 +40,13 @@ class FCASTTextConfig(CLIPTextConfig):
     adapter_ratio: float = 0.2
 
     def __post_init__(self, **kwargs):
-        if self.num_stage2_layers < 1:
-            raise ValueError(f"num_stage2_layers must be >= 1, got {self.num_stage2_layers}")
+        if self.num_stage2_layers < 0:
+            raise ValueError(f"num_stage2_layers must be >= 0 (0: a flat text encoder), got {self.num_stage2_layers}")
         if self.num_chunks < 1:
             raise ValueError(f"num_chunks must be >= 1, got {self.num_chunks}")
+        if not self.num_stage2_layers and self.num_chunks != 1:
+            raise ValueError(f"a flat text encoder (num_stage2_layers=0) reads a caption as one chunk: num_chunks "
+                             f"must be 1, got {self.num_chunks}")
         if self.adapter_reduction < 1 or self.hidden_size % self.adapter_reduction:
             raise ValueError(f"adapter_reduction must divide hidden_size ({self.hidden_size}), got "
                              f"{self.adapter_reduction}")
@@ -47,18 +54,37 @@ class FCASTTextConfig(CLIPTextConfig):
             raise ValueError(f"adapter_ratio must be in [0, 1], got {self.adapter_ratio}")
         super().__post_init__(**kwargs)
 
+    @property
+    def is_hierarchical(self) -> bool:
+        """Whether stage 2 composes chunk embeddings (F-CAST) or the caption is one chunk (CLIP's flat encoder)."""
+        return self.num_stage2_layers > 0
+
+
+VISION_BACKBONES = {"cast": CASTVisionConfig, "vit": CLIPVisionConfig}
+OBJECTIVES = ("fcast", "flair")
+
 
 @strict
 class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
     r"""
-    Configuration of [`FCASTModel`]: `text_config` ([`FCASTTextConfig`]), `vision_config` ([`CASTVisionConfig`]).
+    Configuration of [`FCASTModel`]: `text_config` ([`FCASTTextConfig`]), `vision_config` ([`CASTVisionConfig`], or
+    [`CLIPVisionConfig`] with `vision_backbone="vit"`).
 
+    vision_backbone (`str`, defaults to `"cast"`):
+        "cast" (F-CAST) or "vit" (transformers' CLIP vision transformer, FLAIR's; its [CLS] is the global image and
+        its top-layer patch tokens are what sub-captions ground in).
+    objective (`str`, defaults to `"fcast"`):
+        "fcast", the two-level loss of Eq. 6-8, or "flair", FLAIR's flat loss (`FLAIRLoss`): the text-conditioned
+        sigmoid loss over the top layer's tokens plus the multi-positive sigmoid loss of the global image against
+        its sub-captions (and t^long with the hierarchical encoder), one temperature and bias (the whole level's).
+        FLAIR grounds in the top layer: set `grounding_stage` to CAST's last stage with it.
     projection_dim (`int`, defaults to 512):
         The joint embedding width (Sec. 4.1: 512 for image and text features).
     pool_heads (`int`, defaults to 8):
         Heads of the text-grounded attention pooling (Eq. 6); must divide `projection_dim`.
     grounding_stage (`int`, defaults to 1):
-        Which CAST stage's segment tokens the pooling attends to: the second (index 1, 64 segments, v^fine).
+        Which CAST stage's segment tokens the pooling attends to: the second (index 1, 64 segments, v^fine). A ViT
+        has one level, its patch tokens.
     part_logit_scale_init_value, whole_logit_scale_init_value (`float`, defaults to log(1 / 0.07)):
         log of the temperature factor tau_part / tau_whole of Eq. 7-8 (Sec. 4.1: temperature 0.07, so the logits are
         scaled by 1 / 0.07 at the start; learnable, stored as a log).
@@ -72,7 +98,9 @@ class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
     sub_configs_defaults = {"text_config": FCASTTextConfig, "vision_config": CASTVisionConfig}
 
     text_config: dict | FCASTTextConfig | None = None
-    vision_config: dict | CASTVisionConfig | None = None
+    vision_config: dict | CASTVisionConfig | CLIPVisionConfig | None = None
+    vision_backbone: str = "cast"
+    objective: str = "fcast"
     projection_dim: int = 512
     pool_heads: int = 8
     grounding_stage: int = 1
@@ -84,18 +112,30 @@ class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
     initializer_factor: float = 1.0
 
     def __post_init__(self, **kwargs):
+        if self.vision_backbone not in VISION_BACKBONES:
+            raise ValueError(f"vision_backbone must be one of {list(VISION_BACKBONES)}, got {self.vision_backbone!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
         for key in ("text_config", "vision_config"):
             value = getattr(self, key)
             if isinstance(value, dict):
                 setattr(self, key, {k: v for k, v in value.items() if k != "model_type"})
+        vision_class = VISION_BACKBONES[self.vision_backbone]
+        if not isinstance(self.vision_config, PreTrainedConfig):  # the backbone picks the class (defaults: CAST's)
+            self.vision_config = vision_class(**(self.vision_config or {}))
+        elif not isinstance(self.vision_config, vision_class):
+            raise ValueError(f"vision_backbone={self.vision_backbone!r} needs a {vision_class.__name__}, got "
+                             f"{type(self.vision_config).__name__}")
         super().__post_init__(**kwargs)
         if self.projection_dim < 1 or self.pool_heads < 1 or self.projection_dim % self.pool_heads:
             raise ValueError(f"pool_heads ({self.pool_heads}) must divide projection_dim ({self.projection_dim})")
-        stages = len(self.vision_config.depths)
-        if not 0 <= self.grounding_stage < stages:
+        stages = len(getattr(self.vision_config, "depths", [None]))  # a ViT: one level
+        if self.vision_backbone == "cast" and not 0 <= self.grounding_stage < stages:
             raise ValueError(f"grounding_stage must index one of CAST's {stages} stages, got {self.grounding_stage}")
         if self.part_loss_weight < 0:
             raise ValueError(f"part_loss_weight must be >= 0, got {self.part_loss_weight}")
+        if self.objective == "flair" and self.part_loss_weight != 1.0:
+            raise ValueError("part_loss_weight weighs F-CAST's L_part; FLAIR's flat loss has no such weight (keep 1.0)")
 
 
-__all__ = ["FCASTConfig", "FCASTTextConfig"]
+__all__ = ["FCASTConfig", "FCASTTextConfig", "OBJECTIVES", "VISION_BACKBONES"]

@@ -10,6 +10,10 @@ embedding t^long at [CLS] (Eq. 3).
 Training (`forward(return_loss=True)`): the two-level sigmoid loss `hf_longclip.objectives.fcast.FCASTLoss`
 (Eq. 6-8), with the text-grounded attention pooling (FLAIR's AttnPool) owned by the model. Inference uses the
 whole level only: the image [CLS] against t^long, both independent of the other modality.
+
+The config's switches build the rows of Table 2 from FLAIR to F-CAST with the same code: a ViT (transformers'
+`CLIPVisionModel`, grounding in its top-layer patch tokens) instead of CAST, CLIP's flat text encoder (stage 1 alone,
+the caption one chunk) instead of the hierarchical one, FLAIR's flat loss (`FLAIRLoss`) instead of the two-level one.
 """
 
 from dataclasses import dataclass
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import CLIPTextModel, PreTrainedModel
+from transformers import CLIPTextModel, CLIPVisionModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutputWithPooling
@@ -31,7 +35,7 @@ from hf_longclip.modeling_common.dual_encoder import (
 )
 from hf_longclip.modeling_common.pooling import AttentionPool
 from hf_longclip.models.cast.modeling_cast import CASTVisionModel
-from hf_longclip.objectives.fcast import FCASTLoss
+from hf_longclip.objectives.fcast import FCASTLoss, FLAIRLoss
 
 from .configuration_fcast import FCASTConfig, FCASTTextConfig
 
@@ -40,9 +44,10 @@ from .configuration_fcast import FCASTConfig, FCASTTextConfig
 class FCASTTextOutput(BaseModelOutputWithPooling):
     r"""
     pooler_output (`torch.FloatTensor` of shape `(batch, projection_dim)`):
-        The projected long-caption embedding t^long (Eq. 3).
+        The projected long-caption embedding t^long (Eq. 3); with the flat text encoder, the first chunk's.
     last_hidden_state (`torch.FloatTensor` of shape `(batch, 1 + chunks, hidden_size)`):
-        Stage 2's output over [CLS] and the chunk embeddings, after its final LayerNorm.
+        Stage 2's output over [CLS] and the chunk embeddings, after its final LayerNorm; with the flat text encoder,
+        every chunk's stage-1 embedding (batch, chunks, hidden_size).
     hidden_states, attentions:
         Stage 1's, for the (batch x chunks) packed chunks, when asked for.
     sub_caption_embeds (`torch.FloatTensor` of shape `(batch, chunks, projection_dim)`):
@@ -56,10 +61,12 @@ class FCASTTextOutput(BaseModelOutputWithPooling):
 class FCASTGroundingOutput(BaseModelOutputWithPooling):
     r"""
     segment_attention (`torch.FloatTensor` of shape `(batch, sub_captions, segments)`):
-        The head-averaged AttnPool attention of each sub-caption over the grounding stage's segments (Eq. 6).
+        The head-averaged AttnPool attention of each sub-caption over the grounding stage's segments (Eq. 6), or
+        over a ViT's patches.
     pixel_attention (`torch.FloatTensor` of shape `(batch, sub_captions, height, width)`):
-        The same attention carried to the pixels through CAST's soft assignments (each pixel gets its superpixel's
-        share, so the map sums to one over superpixels, not over pixels).
+        The same attention as a density over the pixels: carried to the superpixels through CAST's soft assignments
+        (a ViT: read at the patches), each superpixel's (patch's) share spread evenly over its pixels, so a map sums
+        to one (less what falls on padding superpixels).
     """
 
     segment_attention: torch.FloatTensor | None = None
@@ -102,14 +109,24 @@ class FCASTTextStage2(nn.Module):
         return self.final_layer_norm(hidden_states)
 
 
-def segments_to_pixels(attention: torch.Tensor, assignments, superpixels: torch.Tensor) -> torch.Tensor:
-    """(B, Q, H, W): attention (B, Q, S_g) over stage-g segments carried back to stage 0 through the soft
-    assignments (B, S_l, S_l+1) of stages l < g, then to each pixel from its superpixel id (B, H, W)."""
+def segments_to_pixels(attention: torch.Tensor, assignments, labels: torch.Tensor) -> torch.Tensor:
+    """(B, Q, H, W) densities: attention (B, Q, S_g) over stage-g segments carried back to stage 0 through the soft
+    assignments (B, S_l, S_l+1) of stages l < g, then each stage-0 region's share (`labels` (B, H, W): superpixel or
+    patch id of every pixel) divided evenly among its pixels."""
     for assignment in reversed(assignments):
         attention = attention @ assignment.transpose(1, 2).to(attention.dtype)
-    batch, queries = attention.shape[:2]
-    labels = superpixels.flatten(1)[:, None].expand(-1, queries, -1)
-    return attention.gather(2, labels).view(batch, queries, *superpixels.shape[-2:])
+    batch, queries, regions = attention.shape
+    flat = labels.flatten(1)
+    area = attention.new_zeros(batch, regions).scatter_add_(1, flat, attention.new_ones(flat.shape))
+    density = attention / area.clamp(min=1)[:, None]
+    return density.gather(2, flat[:, None].expand(-1, queries, -1)).view(batch, queries, *labels.shape[-2:])
+
+
+def patch_labels(batch: int, height: int, width: int, patch_size: int, device=None) -> torch.Tensor:
+    """(B, H, W): the row-major index of the ViT patch every pixel falls in."""
+    rows = torch.arange(height, device=device) // patch_size
+    cols = torch.arange(width, device=device) // patch_size
+    return (rows[:, None] * (width // patch_size) + cols[None]).expand(batch, -1, -1)
 
 
 class FCASTPreTrainedModel(PreTrainedModel):
@@ -119,7 +136,8 @@ class FCASTPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     input_modalities = ("image", "text")
     supports_gradient_checkpointing = True
-    _no_split_modules = ["CLIPEncoderLayer", "CASTGraphPooling", "CASTEmbeddings", "CLIPTextEmbeddings"]
+    _no_split_modules = ["CLIPEncoderLayer", "CASTGraphPooling", "CASTEmbeddings", "CLIPTextEmbeddings",
+                         "CLIPVisionEmbeddings"]
     _supports_sdpa = True
 
     @torch.no_grad()
@@ -163,7 +181,8 @@ class FCASTPreTrainedModel(PreTrainedModel):
 class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
     """F-CAST: CAST vision tower, hierarchical text encoder, projections to `projection_dim`, the text-grounded
     attention pooling (Eq. 6) and the learnable temperatures and biases of both levels (shape (1,): DeepSpeed
-    rejects 0-dim parameters; `logit_scale`/`logit_bias` are the whole level's, used for inference logits).
+    rejects 0-dim parameters; `logit_scale`/`logit_bias` are the whole level's, used for inference logits and by
+    FLAIR's loss). Parameters an objective does not use are frozen (DDP rejects parameters without gradient).
 
     Texts are `input_ids` (batch, chunks, tokens) from [`FCASTProcessor`]; (batch, tokens) is taken as one chunk per
     caption (a short label, e.g. in the zero-shot pipeline). Images are `pixel_values` with `superpixels`."""
@@ -172,9 +191,10 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         super().__init__(config)
         text_config, vision_config = config.text_config, config.vision_config
         self.text_model = CLIPTextModel._from_config(text_config)
-        self.text_adapter = FCASTAdapter(text_config)
-        self.text_stage2 = FCASTTextStage2(text_config)
-        self.vision_model = CASTVisionModel._from_config(vision_config)
+        self.text_adapter = FCASTAdapter(text_config) if text_config.is_hierarchical else None
+        self.text_stage2 = FCASTTextStage2(text_config) if text_config.is_hierarchical else None
+        vision_class = CASTVisionModel if config.vision_backbone == "cast" else CLIPVisionModel
+        self.vision_model = vision_class._from_config(vision_config)
         self.text_projection = nn.Linear(text_config.hidden_size, config.projection_dim, bias=False)
         self.visual_projection = nn.Linear(vision_config.hidden_size, config.projection_dim, bias=False)
         self.grounding_pool = AttentionPool(config.projection_dim, config.pool_heads, vision_config.hidden_size)
@@ -182,11 +202,14 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         self.logit_bias = nn.Parameter(torch.tensor([config.whole_logit_bias_init_value]))
         self.part_logit_scale = nn.Parameter(torch.tensor([config.part_logit_scale_init_value]))
         self.part_logit_bias = nn.Parameter(torch.tensor([config.part_logit_bias_init_value]))
-        self.objective = FCASTLoss(config.part_loss_weight)
+        self.objective = FCASTLoss(config.part_loss_weight) if config.objective == "fcast" else FLAIRLoss()
         self.post_init()
-        if not config.part_loss_weight:  # no gradient would reach them (DDP rejects unused parameters): frozen
-            for module in (self.grounding_pool, self.part_logit_scale, self.part_logit_bias):
-                module.requires_grad_(False)
+        if config.objective == "flair":  # one temperature and bias, the whole level's
+            unused = (self.part_logit_scale, self.part_logit_bias)
+        else:
+            unused = () if config.part_loss_weight else (self.grounding_pool, self.part_logit_scale, self.part_logit_bias)
+        for module in unused:
+            module.requires_grad_(False)
 
     def get_input_embeddings(self) -> nn.Module:
         return self.text_model.get_input_embeddings()
@@ -211,7 +234,8 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
     def get_text_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                           position_ids: torch.Tensor | None = None, **kwargs) -> FCASTTextOutput:
         """Eq. 1-3: every chunk through stage 1 as one packed batch, the adapter, stage 2 over the first N chunks;
-        `pooler_output` is the projected t^long, `sub_caption_embeds` the projected t^sub of every chunk."""
+        `pooler_output` is the projected t^long, `sub_caption_embeds` the projected t^sub of every chunk. The flat
+        text encoder stops after stage 1: its `pooler_output` is the first chunk's (the caption itself, N = 1)."""
         input_ids, attention_mask = self._chunks(input_ids, attention_mask)
         batch, chunks, length = input_ids.shape
         stage1 = self.text_model(
@@ -219,21 +243,33 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
             attention_mask=None if attention_mask is None else attention_mask.reshape(-1, length), **kwargs,
         )
         sub = stage1.pooler_output.view(batch, chunks, -1)
-        states = self.text_stage2(self.text_adapter(sub[:, : self.config.text_config.num_chunks]), **kwargs)
-        return FCASTTextOutput(last_hidden_state=states, pooler_output=self.text_projection(states[:, 0]),
+        if self.text_stage2 is None:
+            states, long = sub, sub[:, 0]
+        else:
+            states = self.text_stage2(self.text_adapter(sub[:, : self.config.text_config.num_chunks]), **kwargs)
+            long = states[:, 0]
+        return FCASTTextOutput(last_hidden_state=states, pooler_output=self.text_projection(long),
                                sub_caption_embeds=self.text_projection(sub), hidden_states=stage1.hidden_states,
                                attentions=stage1.attentions)
 
     @can_return_tuple
     def get_image_features(self, pixel_values: torch.Tensor, superpixels: torch.Tensor | None = None,
                            **kwargs) -> BaseModelOutputWithPooling:
-        """CAST's outputs (segment tokens, assignments, masks); `pooler_output` is the projected final [CLS]."""
-        kwargs.pop("interpolate_pos_encoding", None)  # CAST takes any image size
-        outputs = self.vision_model(pixel_values=pixel_values, superpixels=superpixels, return_dict=True, **kwargs)
+        """CAST's outputs (segment tokens, assignments, masks; a ViT's token states, `superpixels` unused);
+        `pooler_output` is the projected final [CLS]."""
+        if self.config.vision_backbone == "vit":
+            outputs = self.vision_model(pixel_values=pixel_values, return_dict=True, **kwargs)
+        else:
+            kwargs.pop("interpolate_pos_encoding", None)  # CAST takes any image size
+            outputs = self.vision_model(pixel_values=pixel_values, superpixels=superpixels, return_dict=True, **kwargs)
         outputs.pooler_output = self.visual_projection(outputs.pooler_output)
         return outputs
 
-    def _grounding_tokens(self, vision_outputs) -> tuple[torch.Tensor, torch.Tensor]:
+    def _grounding_tokens(self, vision_outputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The tokens sub-captions ground in and their padding: CAST's segments of `grounding_stage`, or a ViT's
+        top-layer patch tokens (no padding)."""
+        if self.config.vision_backbone == "vit":
+            return vision_outputs.last_hidden_state[:, 1:], None
         stage = self.config.grounding_stage
         return vision_outputs.segment_tokens[stage], vision_outputs.segment_masks[stage] == 0
 
@@ -242,7 +278,8 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
                       attention_mask: torch.Tensor | None = None) -> FCASTGroundingOutput:
         """Where each sub-caption grounds in its image (Sec. 4.3, Fig. 7): `input_ids` (batch, sub-captions, tokens)
         hold sub-captions of image i in row i; returns the AttnPool attention over the segments of the grounding
-        stage and over the pixels, and the text-grounded features (`pooler_output`, (batch, sub-captions, D))."""
+        stage (a ViT's patches) and over the pixels, and the text-grounded features (`pooler_output`, (batch,
+        sub-captions, D)). A ViT needs no `superpixels` (None)."""
         input_ids, attention_mask = self._chunks(input_ids, attention_mask)
         batch, subs, length = input_ids.shape
         stage1 = self.text_model(input_ids=input_ids.reshape(-1, length),
@@ -250,7 +287,12 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         queries = self.text_projection(stage1.pooler_output).view(batch, subs, -1)
         vision = self.get_image_features(pixel_values, superpixels)
         pooled, attention = self.grounding_pool(queries, *self._grounding_tokens(vision))
-        pixels = segments_to_pixels(attention, vision.assignments[: self.config.grounding_stage], superpixels)
+        if self.config.vision_backbone == "vit":
+            assignments, labels = [], patch_labels(batch, *pixel_values.shape[-2:], self.config.vision_config.patch_size,
+                                                   pixel_values.device)
+        else:
+            assignments, labels = vision.assignments[: self.config.grounding_stage], superpixels
+        pixels = segments_to_pixels(attention, assignments, labels)
         return FCASTGroundingOutput(pooler_output=pooled, segment_attention=attention, pixel_attention=pixels)
 
     @can_return_tuple
@@ -262,8 +304,8 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         superpixels (`torch.LongTensor` of shape `(batch, height, width)`):
             Superpixel ids of every pixel, from [`FCASTProcessor`] (CAST's image processor).
         return_loss (`bool`, *optional*):
-            The two-level loss (Eq. 7-8): `input_ids` then hold K >= N sub-captions per image, the first N the
-            chunks of its long caption.
+            The two-level loss (Eq. 7-8), or FLAIR's with `objective="flair"`: `input_ids` then hold K >= N
+            sub-captions per image, the first N the chunks of its long caption.
         """
         if input_ids is None or pixel_values is None:
             raise ValueError("F-CAST's forward needs both input_ids and pixel_values (with superpixels)")
@@ -279,15 +321,22 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
             if subs < chunks:
                 raise ValueError(f"training needs K >= N sub-captions per image (the first N are the long caption's "
                                  f"chunks), got K = {subs} < N = {chunks}")
-            loss_terms = self.objective(
-                image_embeds, text_embeds, text_outputs.sub_caption_embeds, *self._grounding_tokens(vision_outputs),
-                self.grounding_pool, self.part_logit_scale.exp(), self.part_logit_bias, self.logit_scale.exp(),
-                self.logit_bias,
-            )
+            sub_embeds, tokens = text_outputs.sub_caption_embeds, self._grounding_tokens(vision_outputs)
+            if self.config.objective == "flair":  # the global image against its sub-captions (and t^long)
+                texts = F.normalize(sub_embeds, dim=-1)
+                if self.text_stage2 is not None:
+                    texts = torch.cat([texts, text_embeds[:, None]], dim=1)
+                loss_terms = self.objective(image_embeds, texts, sub_embeds, *tokens, self.grounding_pool,
+                                            self.logit_scale.exp(), self.logit_bias)
+            else:
+                loss_terms = self.objective(image_embeds, text_embeds, sub_embeds, *tokens, self.grounding_pool,
+                                            self.part_logit_scale.exp(), self.part_logit_bias, self.logit_scale.exp(),
+                                            self.logit_bias)
         output = self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, loss_terms)
         output.logits_per_text = output.logits_per_text + self.logit_bias
         output.logits_per_image = output.logits_per_text.T
         return output
 
 
-__all__ = ["FCASTGroundingOutput", "FCASTModel", "FCASTPreTrainedModel", "FCASTTextOutput", "segments_to_pixels"]
+__all__ = ["FCASTGroundingOutput", "FCASTModel", "FCASTPreTrainedModel", "FCASTTextOutput", "patch_labels",
+           "segments_to_pixels"]
