@@ -17,7 +17,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 from fake_hub import FakeHub
-from test_hub_push import TOKEN, hub_env
+from test_hub_push import TOKEN, hub_env, load_by_repo_id_without_the_library
 from transformers import AutoModelForImageClassification
 
 from hf_longclip import CASTForImageClassification, CASTVisionConfig
@@ -119,15 +119,9 @@ def test_push_to_hub_publishes_cast_with_its_card(tmp_path):
         accuracy = json.loads((output_dir / "results.json").read_text())["results"]["cast"]["test_accuracy"]
         assert "pipeline_tag: image-classification" in card and f"value: {accuracy}" in card
         assert "top-1 accuracy (%)" in card and "{{" not in card
-        load = ("import sys; sys.modules['hf_longclip'] = None\n"
-                "from transformers import AutoModelForImageClassification\n"
-                "model = AutoModelForImageClassification.from_pretrained('lab/cast-tiny', trust_remote_code=True)\n"
-                "print(type(model).__name__)")
-        loaded = subprocess.run([sys.executable, "-c", load], env={**hub_env(hub, tmp_path / "fresh", token=None),
-                                                                   "PYTHONPATH": ""},
-                                cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
-    assert loaded.stdout.split()[-1] == "CASTForImageClassification"
+        loaded = load_by_repo_id_without_the_library(hub, "lab/cast-tiny", tmp_path / "fresh",
+                                                     "AutoModelForImageClassification")
+    assert loaded["class"] == "CASTForImageClassification" and loaded["module"].startswith("transformers_modules.")
 
 
 if __name__ == "__main__":

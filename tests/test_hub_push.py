@@ -92,6 +92,20 @@ def hub_env(hub: FakeHub, home: Path, token: str | None = TOKEN) -> dict:
     return env
 
 
+def load_by_repo_id_without_the_library(hub: FakeHub, repo_id: str, home: Path, auto_class: str = "AutoModel") -> dict:
+    """Load `repo_id` from `hub` with transformers' `auto_class` in a fresh process where hf_longclip cannot be
+    imported; returns the model's class name and module, and the sum of its parameters (float64)."""
+    script = ("import sys; sys.modules['hf_longclip'] = None\n"
+              "import transformers\n"
+              f"model = transformers.{auto_class}.from_pretrained({repo_id!r}, trust_remote_code=True)\n"
+              "print(type(model).__name__, type(model).__module__, sum(p.double().sum().item() for p in model.parameters()))")
+    result = subprocess.run([sys.executable, "-c", script], env={**hub_env(hub, home, token=None), "PYTHONPATH": ""},
+                            cwd=home.parent, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    name, module, checksum = result.stdout.split()[-3:]
+    return {"class": name, "module": module, "checksum": float(checksum)}
+
+
 def folder_digest(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}

@@ -17,7 +17,7 @@ import torch
 from conftest import kill_when_written
 from fake_hub import FakeHub
 from safetensors.torch import load_file
-from test_hub_push import TOKEN, hub_env
+from test_hub_push import TOKEN, hub_env, load_by_repo_id_without_the_library
 from transformers import AutoModel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -170,13 +170,7 @@ def test_push_to_hub_publishes_a_checkpoint_that_loads_by_repo_id(datasets_cache
         card = hub.file("lab/himo-tiny", "README.md").decode()
         r1 = json.loads((tmp_path / "results.json").read_text())["results"]["himo-clip"]["r1_i2t"]
         assert "model-index" in card and f"value: {r1}" in card
-        load = ("import sys; sys.modules['hf_longclip'] = None\n"
-                "from transformers import AutoModel\n"
-                "model = AutoModel.from_pretrained('lab/himo-tiny', trust_remote_code=True)\n"
-                "print(type(model).__module__, sum(p.double().sum().item() for p in model.parameters()))")
-        loaded = run([sys.executable, "-c", load], {**hub_env(hub, tmp_path / "fresh", token=None), "PYTHONPATH": ""},
-                     tmp_path)
-    module, checksum = loaded.stdout.split()[-2:]
-    assert module.startswith("transformers_modules.")
+        loaded = load_by_repo_id_without_the_library(hub, "lab/himo-tiny", tmp_path / "fresh")
+    assert loaded["module"].startswith("transformers_modules.")
     local = AutoModel.from_pretrained(tmp_path / "himo-clip", trust_remote_code=True)
-    assert float(checksum) == pytest.approx(sum(p.double().sum().item() for p in local.parameters()), rel=1e-12)
+    assert loaded["checksum"] == pytest.approx(sum(p.double().sum().item() for p in local.parameters()), rel=1e-12)
