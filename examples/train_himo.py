@@ -43,11 +43,11 @@ from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.evaluation import evaluate_long_captions
 from hf_longclip.models.himo_clip import HIMO_CLIP_CARD
 from hf_longclip.plots import coverage, plot_prefix_similarity
-from hf_longclip.training.loop import LoopArguments, whole_model_init
+from hf_longclip.training.loop import LoopArguments
 from hf_longclip.training.recipe import (
     SHORT_BASE_LENGTH,
     BackboneArguments,
-    load_clip,
+    evaluate_base,
     parse_variants,
     publish,
     run_over_seeds,
@@ -128,12 +128,9 @@ def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArgum
     if backbone.init_from_clip is None and backbone.base_steps > 0:
         backbone = replace(backbone, init_from_clip=short_caption_base(accelerator, backbone, dataset, loop_args))
         if not args.ablation and accelerator.is_main_process:  # the starting point, evaluated as it is
-            tokenizer, image_processor = backbone.processor_parts(dataset, SHORT_BASE_LENGTH)
-            with whole_model_init(accelerator):
-                base = load_clip(backbone.init_from_clip)
-            processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer,
-                                          max_length=SHORT_BASE_LENGTH)
-            results[BASE] = evaluate(base.to(accelerator.device), processor)
+            results[BASE] = evaluate_base(accelerator, backbone.init_from_clip,
+                                          backbone.processor_parts(dataset, SHORT_BASE_LENGTH), SHORT_BASE_LENGTH,
+                                          evaluate)
     for factor in dict.fromkeys(options.get("batch_factor", 1.0) for _, options in rows.values()):
         chosen = [row for row, (_, options) in rows.items() if options.get("batch_factor", 1.0) == factor]
         row_args = replace(loop_args, per_device_train_batch_size=round(loop_args.per_device_train_batch_size * factor))

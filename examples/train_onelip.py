@@ -55,6 +55,7 @@ from hf_longclip.training.negative_bank import (
 )
 from hf_longclip.training.recipe import (
     BackboneArguments,
+    evaluate_base,
     load_clip,
     parse_variants,
     publish,
@@ -217,10 +218,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
 
     results, histories = {}, {}
     if accelerator.is_main_process:  # the base, evaluated as it is
-        with whole_model_init(accelerator):
-            model = load_clip(base)
-        processor = HiMoCLIPProcessor(image_processor=parts[1], tokenizer=parts[0], max_length=BASE_LENGTH)
-        results[BASE] = evaluate(model.to(accelerator.device), processor)
+        results[BASE] = evaluate_base(accelerator, base, parts, BASE_LENGTH, evaluate)
     # every variant adapted from the base in one stage
     total = optimizer_steps(loop_args, len(dataset["train"]), accelerator.num_processes)
     switch_step = round(script_args.weight_switch_fraction * total)

@@ -193,6 +193,16 @@ def load_clip(path: str):
     return model
 
 
+def evaluate_base(accelerator: Accelerator, path: str, parts: tuple, max_length: int,
+                  evaluate: Callable[[torch.nn.Module, object], dict]) -> dict:
+    """The base CLIP at `path` evaluated as it is (call on the main process), through a processor of its own
+    (tokenizer, image processor) `parts` reading `max_length` tokens: the row every fine-tuned variant starts from."""
+    with whole_model_init(accelerator):
+        model = load_clip(path)
+    processor = HiMoCLIPProcessor(image_processor=parts[1], tokenizer=parts[0], max_length=max_length)
+    return evaluate(model.to(accelerator.device), processor)
+
+
 def start_run(name: str, script_arguments: type, defaults: Mapping[str, Any], backbone: bool = True):
     """What every script does first: parse its own arguments with `BackboneArguments` (unless `backbone=False`: a
     script whose own arguments describe its models), `LoopArguments`, `LoraArguments` and `HubArguments` (`defaults`
