@@ -324,10 +324,8 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
                                  f"chunks), got K = {subs} < N = {chunks}")
             sub_embeds, tokens = text_outputs.sub_caption_embeds, self._grounding_tokens(vision_outputs)
             if self.config.objective == "flair":  # the global image against its sub-captions (and t^long)
-                texts = F.normalize(sub_embeds, dim=-1)
-                if self.text_stage2 is not None:
-                    texts = torch.cat([texts, text_embeds[:, None]], dim=1)
-                loss_terms = self.objective(image_embeds, texts, sub_embeds, *tokens, self.grounding_pool,
+                long_embeds = None if self.text_stage2 is None else text_embeds
+                loss_terms = self.objective(image_embeds, sub_embeds, long_embeds, *tokens, self.grounding_pool,
                                             self.logit_scale.exp(), self.logit_bias)
             else:
                 loss_terms = self.objective(image_embeds, text_embeds, sub_embeds, *tokens, self.grounding_pool,

@@ -49,14 +49,14 @@ def text_grounded_pair_losses(queries: torch.Tensor, pooled: torch.Tensor, num_p
 
 
 def text_grounded_pairs(sub_embeds: torch.Tensor, tokens: torch.Tensor, padding: torch.Tensor | None, pool,
-                        logit_scale: torch.Tensor, logit_bias: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Eq. 6-7 over FLAIR's pairs: the per-pair losses of this process's images (`text_grounded_pair_losses`) and the
-    global batch size B (sub-caption embeddings gathered with gradient)."""
+                        logit_scale: torch.Tensor, logit_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Eq. 6-7 over FLAIR's pairs: the per-pair losses of this process's images (`text_grounded_pair_losses`), the
+    global batch's sub-caption embeddings (B, K, D), gathered with gradient, and this process's first row in it."""
     all_sub, offset = gather_with_grad(sub_embeds.flatten(1))
-    queries = part_level_queries(sub_embeds, all_sub.view(-1, *sub_embeds.shape[1:]), offset)
+    all_sub = all_sub.view(-1, *sub_embeds.shape[1:])
+    queries = part_level_queries(sub_embeds, all_sub, offset)
     pooled, _ = pool(queries, tokens, padding)
-    losses = text_grounded_pair_losses(queries, pooled, sub_embeds.shape[1], logit_scale, logit_bias)
-    return losses, all_sub.shape[0]
+    return text_grounded_pair_losses(queries, pooled, sub_embeds.shape[1], logit_scale, logit_bias), all_sub, offset
 
 
 class FCASTLoss(nn.Module):
@@ -78,7 +78,7 @@ class FCASTLoss(nn.Module):
         all_long, offset = gather_with_grad(long_embeds)
         terms = {"whole_loss": sigmoid_loss(image_embeds, all_long, whole_scale, whole_bias, offset)}
         if self.part_weight:
-            pairs, _ = text_grounded_pairs(sub_embeds, segment_tokens, segment_padding, pool, part_scale, part_bias)
+            pairs = text_grounded_pairs(sub_embeds, segment_tokens, segment_padding, pool, part_scale, part_bias)[0]
             terms = {"part_loss": self.part_weight * pairs.sum() / image_embeds.shape[0], **terms}
         return terms
 
@@ -87,20 +87,22 @@ class FLAIRLoss(nn.Module):
     """FLAIR's flat loss, L = (L_tcs + L_mps) / 2, returned as `{"text_conditioned_loss": L_tcs / 2,
     "multi_positive_loss": L_mps / 2}`; one temperature and bias serve both terms (FLAIR's single pair).
 
-    `forward(image_embeds (B, D) normalised global image embeddings, text_embeds (B, T, D) normalised texts each
-    image's global embedding is aligned with (its K sub-captions; F-CAST's hierarchical encoder appends t^long),
-    sub_embeds (B, K, D) the sub-caption queries, tokens (B, S, C) the top layer's tokens, padding (B, S) or None,
-    pool, logit scale, logit bias)`.
+    `forward(image_embeds (B, D) normalised global image embeddings, sub_embeds (B, K, D) the sub-caption
+    embeddings, long_embeds (B, D) normalised t^long of F-CAST's hierarchical encoder or None, tokens (B, S, C) the
+    top layer's tokens, padding (B, S) or None, pool, logit scale, logit bias)`. L_mps aligns each image's global
+    embedding with its T texts: its K sub-captions, and t^long as one more when given.
     Normalisation as FLAIR's released code: each term is its mean pair loss times the global batch size B (the
     L_tcs sum divided by K + B - 1, the L_mps sum by B x T), so the mean over processes is the one-process loss."""
 
-    def forward(self, image_embeds, text_embeds, sub_embeds, tokens, padding, pool, logit_scale, logit_bias) -> dict:
+    def forward(self, image_embeds, sub_embeds, long_embeds, tokens, padding, pool, logit_scale, logit_bias) -> dict:
         if image_embeds.shape[0] == 0:
             raise ValueError("FLAIR's loss needs a non-empty batch")
-        pairs, batch = text_grounded_pairs(sub_embeds, tokens, padding, pool, logit_scale, logit_bias)
-        all_texts, offset = gather_with_grad(text_embeds.flatten(1))
-        per_image = text_embeds.shape[1]
-        logits = logit_scale * image_embeds @ all_texts.view(-1, text_embeds.shape[-1]).T + logit_bias
+        pairs, all_sub, offset = text_grounded_pairs(sub_embeds, tokens, padding, pool, logit_scale, logit_bias)
+        batch, texts = all_sub.shape[0], F.normalize(all_sub, dim=-1)
+        if long_embeds is not None:
+            texts = torch.cat([texts, gather_with_grad(long_embeds)[0][:, None]], dim=1)
+        per_image = texts.shape[1]
+        logits = logit_scale * image_embeds @ texts.flatten(0, 1).T + logit_bias
         owner = torch.arange(logits.shape[1], device=logits.device) // per_image  # image of each text column
         rows = torch.arange(logits.shape[0], device=logits.device) + offset
         signs = torch.where(owner[None] == rows[:, None], 1.0, -1.0).to(logits.dtype)
