@@ -1,6 +1,7 @@
 """OneLIP's objective: TRIM-Select scores (Eq. 4-5) hand-computed, padding never selected, K beyond the text,
 TRIM-Refine (Eq. 6), L_coarse (Eq. 3), L_token-wise (Eq. 7), Eq. 1 and Eq. 10's schedule, and bad inputs."""
 
+import itertools
 import math
 
 import pytest
@@ -181,11 +182,14 @@ def test_bad_inputs_raise_clear_errors():
     objective = OneLIPLoss()
     with pytest.raises(ValueError, match="width 6 differs"):
         objective(**{**inputs, "teacher_states": torch.randn(3, 4, 6)}, refine=refine)
-    for name in ("text_states", "teacher_states"):
+    names = {"text_states": "long text encoder states", "teacher_states": "teacher states",
+             "image_embeds": "image embeddings", "text_embeds": "text embeddings"}
+    for (name, named), value, kind in itertools.product(names.items(), ("nan", "inf"), ("exact", "subspace", "pooled")):
         broken = inputs[name].clone()
-        broken[0, 1, 2] = float("nan")
-        with pytest.raises(ValueError, match="NaN"):
-            objective(**{**inputs, name: broken}, refine=refine)
+        broken.view(-1)[5] = float(value)
+        distillation, decomposition = ("pooled", "auto") if kind == "pooled" else ("trim", kind)
+        with pytest.raises(ValueError, match=f"the {named} contain NaN or inf"):
+            OneLIPLoss(distillation=distillation, decomposition=decomposition)(**{**inputs, name: broken}, refine=refine)
     with pytest.raises(ValueError, match="non-empty"):
         objective(**{k: v[:0] if v.ndim else v for k, v in inputs.items()}, refine=refine)
 

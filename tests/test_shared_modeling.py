@@ -36,19 +36,19 @@ def _rotate_pairs(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tens
     half = x.shape[-1] // 2
     out = torch.empty_like(x)
     for b in range(x.shape[0]):
-        for h in range(x.shape[1]):
-            for t in range(x.shape[2]):
+        for t in range(x.shape[1]):
+            for h in range(x.shape[2]):
                 for i in range(half):
                     angle = positions[b, t].item() * inv_freq[i].item()
                     c, s = math.cos(angle), math.sin(angle)
-                    a1, a2 = x[b, h, t, i].item(), x[b, h, t, i + half].item()
-                    out[b, h, t, i], out[b, h, t, i + half] = a1 * c - a2 * s, a1 * s + a2 * c
+                    a1, a2 = x[b, t, h, i].item(), x[b, t, h, i + half].item()
+                    out[b, t, h, i], out[b, t, h, i + half] = a1 * c - a2 * s, a1 * s + a2 * c
     return out
 
 
 def test_rotary_embedding_rotates_queries_and_keys_by_position():
     torch.manual_seed(0)
-    q, k = torch.randn(2, 2, 5, 8, dtype=torch.float64), torch.randn(2, 2, 5, 8, dtype=torch.float64)
+    q, k = torch.randn(2, 5, 3, 8, dtype=torch.float64), torch.randn(2, 5, 3, 8, dtype=torch.float64)  # (B, L, H, d)
     inv_freq = ntk_inverse_frequencies(8, 77, 248).double()
     positions = torch.tensor([[0, 1, 2, 3, 4], [3, 5, 7, 9, 11]])
     cos, sin = RotaryEmbedding(inv_freq)(positions)
@@ -56,9 +56,9 @@ def test_rotary_embedding_rotates_queries_and_keys_by_position():
     torch.testing.assert_close(rotated_q, _rotate_pairs(q, positions, inv_freq), atol=1e-5, rtol=0)
     torch.testing.assert_close(rotated_k, _rotate_pairs(k, positions, inv_freq), atol=1e-5, rtol=0)
     # relative: q_m . k_n depends on m - n only
-    scores = rotated_q[0, 0] @ rotated_k[0, 0].T
+    scores = rotated_q[0, :, 1] @ rotated_k[0, :, 1].T
     shifted_q, shifted_k = apply_rotary(q, k, *RotaryEmbedding(inv_freq)(positions + 7))
-    torch.testing.assert_close(shifted_q[0, 0] @ shifted_k[0, 0].T, scores, atol=1e-5, rtol=0)
+    torch.testing.assert_close(shifted_q[0, :, 1] @ shifted_k[0, :, 1].T, scores, atol=1e-5, rtol=0)
 
 
 def test_sigmoid_loss_matches_siglips_pairwise_sum():

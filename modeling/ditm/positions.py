@@ -64,6 +64,7 @@ class RotaryEmbedding(nn.Module):
 
 
 def apply_rotary(query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """Rotate (batch, heads, length, head_dim) queries and keys by position (RoFormer; OneLIP Eq. 2); `cos` and `sin`
-    are (batch, length, head_dim), from `RotaryEmbedding`."""
-    return apply_rotary_pos_emb(query, key, cos.to(query.dtype), sin.to(query.dtype))
+    """Rotate (batch, length, heads, head_dim) queries and keys by position (RoFormer; OneLIP Eq. 2); `cos` and `sin`
+    are (batch, length, head_dim), from `RotaryEmbedding`. Rotating the projections' own layout, before the heads
+    are moved forward, keeps the element-wise work on contiguous memory."""
+    return apply_rotary_pos_emb(query, key, cos.to(query.dtype), sin.to(query.dtype), unsqueeze_dim=2)

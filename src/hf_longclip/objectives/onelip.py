@@ -164,6 +164,13 @@ def token_wise_loss(aggregated: torch.Tensor, teacher_states: torch.Tensor, vali
     return (distance.sum(dim=1) / valid.sum(dim=1).clamp_min(1)).mean()
 
 
+def _raise_on_non_finite(inputs: dict) -> None:
+    """A ValueError naming the `inputs` (name -> tensor or None) that hold NaN or inf, if any do."""
+    broken = [name for name, tensor in inputs.items() if tensor is not None and not tensor.isfinite().all()]
+    if broken:
+        raise ValueError(f"OneLIP's loss is not finite: the {', '.join(broken)} contain NaN or inf")
+
+
 class OneLIPLoss(nn.Module):
     """Eq. 10: `{"coarse_loss": lambda_1 L_coarse, "token_loss": lambda_2 L_token-wise, "contrastive_loss":
     lambda_3 (L_i-t + L_t-i)}`, the lambdas being `weights` before optimizer step `switch_step` and `weights_after`
@@ -227,10 +234,11 @@ class OneLIPLoss(nn.Module):
                 f"the base (teacher) encoder's width {teacher_states.shape[-1]} differs from the long text encoder's "
                 f"{width}: token-wise distillation (Eq. 3, 7) compares their token states one to one"
             )
-        for name, tensor in (("long text encoder states", text_states), ("teacher states", teacher_states),
-                             ("image embeddings", image_embeds), ("text embeddings", text_embeds)):
-            if not torch.isfinite(tensor).all():
-                raise ValueError(f"the {name} contain NaN or inf")
+        # NaN or inf in an input that matters reaches the terms (or stops the exact decomposition): one check of
+        # three scalars per step (one host sync), and only a failure searches the (B, L, d) inputs for the culprit
+        inputs = {"long text encoder states": text_states, "teacher states": teacher_states,
+                  "image embeddings": image_embeds, "text embeddings": text_embeds,
+                  "hard-negative embeddings": hard_negative_embeds, "logit scale": logit_scale}
         lambda_coarse, lambda_token, lambda_contrastive = self.loss_weights(step)
         with torch.autocast(device_type=text_states.device.type, enabled=False):
             states, teacher = text_states.float(), teacher_states.float()
@@ -241,7 +249,12 @@ class OneLIPLoss(nn.Module):
             if self.distillation == "pooled":
                 token = pooled_distillation_loss(states, teacher, valid, teacher_valid)
             else:
-                scores = trim_scores(states, token_embeds, image, valid, self.rank, self.alpha, self.decomposition)
+                try:
+                    scores = trim_scores(states, token_embeds, image, valid, self.rank, self.alpha,
+                                         self.decomposition)
+                except torch.linalg.LinAlgError:
+                    _raise_on_non_finite(inputs)
+                    raise
                 aggregated = refine(*trim_select(states, scores, self.top_k))
                 n = min(aggregated.shape[1], base_length)
                 token = token_wise_loss(aggregated[:, :n], teacher[:, :n], teacher_valid[:, :n])
@@ -260,8 +273,12 @@ class OneLIPLoss(nn.Module):
                 extra = extra.masked_fill(~hard_negative_mask, float("-inf"))
             contrastive = 2 * contrastive_loss(image, text, all_image, all_text, logit_scale.float(), offset,
                                                extra_text_logits=extra)
-        return {
+        terms = {
             "coarse_loss": lambda_coarse * coarse,
             "token_loss": lambda_token * token,
             "contrastive_loss": lambda_contrastive * contrastive,
         }
+        if not torch.isfinite(torch.stack(list(terms.values()))).all():
+            _raise_on_non_finite(inputs)
+            raise ValueError(f"OneLIP's loss is not finite although its inputs are: {terms}")
+        return terms

@@ -76,10 +76,12 @@ class OneLIPAttention(CLIPAttention):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, self.num_heads, self.head_dim)
-        queries = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        keys = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        queries, keys = apply_rotary(
+            self.q_proj(hidden_states).view(hidden_shape), self.k_proj(hidden_states).view(hidden_shape),
+            *position_embeddings,
+        )
+        queries, keys = queries.transpose(1, 2), keys.transpose(1, 2)
         values = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        queries, keys = apply_rotary(queries, keys, *position_embeddings)
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
