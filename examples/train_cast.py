@@ -16,7 +16,7 @@ AutoImageProcessor load both; CAST's with trust_remote_code=True), `results.json
 checkpoints), `loss_curves.png`, `summary.json` / `summary.png` and `hierarchy.png`, CAST's fine-to-coarse
 segmentations of test images (F-CAST Fig. 6). Two data-loader workers (`--dataloader_num_workers`) compute the
 superpixels while the model trains. Seeds (`--seeds 0,1,2`), resume, LoRA and Hub push (with
-`model_cards/cast.md`) as in train_himo.py.
+`hf_longclip/models/cast/model_card.md`) as in train_himo.py.
 """
 
 from dataclasses import dataclass, field
@@ -34,9 +34,9 @@ from transformers import (
 
 from hf_longclip import CASTForImageClassification, CASTImageProcessor, CASTVisionConfig
 from hf_longclip.data.synthetic import CLASSNAMES, SHAPES, load_synthetic_scenes
-from hf_longclip.models.cast import CAST_CARD
+from hf_longclip.models.cast.card import CARD
 from hf_longclip.plots import plot_segment_hierarchy
-from hf_longclip.training.classification import (
+from hf_longclip.models.cast.task import (
     ClassificationTask,
     ImageClassificationCollator,
     accuracy,
@@ -54,7 +54,6 @@ LOOP_DEFAULTS = dict(output_dir="outputs/cast", num_train_epochs=5.0, per_device
                      dataloader_num_workers=2)
 MODELS = ("cast", "vit")
 METRICS = ("test_accuracy",)
-MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "cast.md"
 
 
 @dataclass
@@ -130,8 +129,8 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
 
     results, histories = train_variants(accelerator, args.model_list, build_task, evaluate, scenes, loop_args,
                                         lora_args, auto_class=AutoModelForImageClassification)
-    publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card_template=MODEL_CARD,
-            card_info=CAST_CARD, hub_args=hub_args, run_args=run_args,
+    publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card=CARD, hub_args=hub_args,
+            run_args=run_args,
             push_variants=[name for name in args.model_list if name == "cast"])  # the ViT is only the baseline
     if accelerator.is_main_process:
         print(f"shape classification on {len(scenes['test'])} test scenes (chance {100 / len(SHAPES):.0f}%):")

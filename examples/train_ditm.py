@@ -39,8 +39,7 @@ from hf_longclip import (
     OneLIPModel,
     OneLIPProcessor,
 )
-from hf_longclip.data.collate import MultiCaptionCollator
-from hf_longclip.data.descriptiveness import (
+from hf_longclip.models.ditm.descriptiveness import (
     DescriptivenessScorer,
     add_descriptiveness_column,
 )
@@ -51,8 +50,7 @@ from hf_longclip.evaluation import (
     hierarcaps_task,
     retrieval_task,
 )
-from hf_longclip.models.ditm import DITM_CARD
-from hf_longclip.objectives import DITMLoss
+from hf_longclip.models.ditm.card import CARD
 from hf_longclip.plots import coverage, plot_levels
 from hf_longclip.training.recipe import (
     BackboneArguments,
@@ -64,7 +62,7 @@ from hf_longclip.training.recipe import (
     train_base_clip,
     train_variants,
 )
-from hf_longclip.training.task import DITMTask
+from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator
 
 VSE_MARGIN_DESCRIPTIVENESS = 0.6  # 2 * 0.6 / tau(6) = 0.2, VSE++'s margin
 VARIANTS = {  # name: (fixed VSE++ margin, ordering weight or None for the configured one)
@@ -75,7 +73,6 @@ VARIANTS = {  # name: (fixed VSE++ margin, ordering weight or None for the confi
 BACKBONES = {"ditm": (DITMModel, DITMProcessor), "himo_clip": (HiMoCLIPModel, HiMoCLIPProcessor),
              "onelip": (OneLIPModel, OneLIPProcessor)}
 TEXT_POSITIONS = 248  # the synthetic captions run past 77 tokens
-MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "ditm.md"
 METRICS = ("i2t_r1", "t2i_r1", "rsum", "precision", "recall", "d_corr", "d_corr_image")
 BASE = "clip-infonce"
 # Fine-tuning (Sec. IV-C.2 scaled down): the backbones at a tenth of the rate of the new GPO and the projections.
@@ -117,21 +114,19 @@ def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: in
     fixed_margin, order_weight = VARIANTS[variant]
     order_weight = args.order_weight if order_weight is None else order_weight
     model_class, processor_class = BACKBONES[args.backbone]
-    options = dict(margin_scale=args.margin_scale, order_weight=order_weight) if args.backbone == "ditm" else {}
     set_seed(seed)  # identical initialisation of the new weights (GPO) for every variant
     clip = load_clip(base)
     if args.backbone == "onelip":  # its RoPE text encoder replaces the position table: any length
         model = OneLIPModel.from_clip(clip, max_length=TEXT_POSITIONS)
     else:
         stretch = clip.config.text_config.max_position_embeddings < TEXT_POSITIONS  # a 77-token CLIP: Long-CLIP's
-        model = model_class.from_clip(clip, stretch_positions=stretch, **options)
+        model = model_class.from_clip(clip, stretch_positions=stretch)
     tokenizer, image_processor = parts
     processor = processor_class(image_processor=image_processor, tokenizer=tokenizer, max_length=TEXT_POSITIONS)
     collator = MultiCaptionCollator(
         processor, args.captions_per_image, caption_column="positives", seed=seed,
         descriptiveness_column="vse_descriptiveness" if fixed_margin else "descriptiveness")
-    objective = DITMLoss(args.margin_scale, order_weight)
-    return DITMTask(model, collator, objective, warmup_steps), processor
+    return DITMTask(model, collator, args.margin_scale, order_weight, warmup_steps), processor
 
 
 def evaluate(model, processor, test, batch_size: int) -> dict:
@@ -180,7 +175,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args, lo
                     Path(loop_args.output_dir) / "levels.png",
                     coverage(len(levels), len(levels) * len(levels[0]), "level texts (test split)"))
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
-            card_template=MODEL_CARD, card_info=DITM_CARD, hub_args=hub_args, run_args=run_args,
+            card=CARD, hub_args=hub_args, run_args=run_args,
             base_model=backbone.init_from_clip, push_variants=variants)
     return results
 

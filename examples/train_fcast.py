@@ -23,7 +23,7 @@ against the box's share of the image (what a uniform map scores).
 Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
 `loss_curves.png`, `summary.json` / `summary.png` and `grounding-fcast.png` / `grounding-flair.png` (three
 sub-captions per image, head-averaged attention, F-CAST's and FLAIR's models, Fig. 4 right / Fig. 7). Seeds
-(`--seeds 0,1,2`), resume, LoRA and Hub push of the F-CAST variants (with `model_cards/fcast.md`) as in
+(`--seeds 0,1,2`), resume, LoRA and Hub push of the F-CAST variants (with `hf_longclip/models/fcast/model_card.md`) as in
 train_himo.py.
 """
 
@@ -38,9 +38,9 @@ from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProces
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.evaluation import evaluate_text_lengths, late_difference_pairs
-from hf_longclip.models.fcast import FCAST_CARD
+from hf_longclip.models.fcast.card import CARD
 from hf_longclip.plots import plot_attention_maps
-from hf_longclip.training.fcast_task import FCASTCollator, FCASTTask
+from hf_longclip.models.fcast.task import FCASTCollator, FCASTTask
 from hf_longclip.training.loop import LoopArguments
 from hf_longclip.training.recipe import (
     publish,
@@ -68,7 +68,6 @@ VARIANTS = {  # Table 2's rows from FLAIR to F-CAST, then Table 5's ablation
 }
 FIGURES = ("fcast", "flair")  # variants whose grounding is drawn; `--push_to_hub` publishes the F-CAST ones
 METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i", "pointing_game", "box_mass")
-MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "fcast.md"
 CHUNK_TOKENS = 77
 FIGURE_ROWS = (0, 2, 4)  # test scenes of three different hard-negative groups (rows 2g and 2g + 1 share one)
 LOOP_DEFAULTS = dict(output_dir="outputs/fcast", max_steps=300, per_device_train_batch_size=64,
@@ -119,8 +118,7 @@ def build(variant: str, args: ScriptArguments, processor: FCASTProcessor) -> FCA
         vision = dict(tower, num_segments=args.num_segments, depths=[1] * blocks, num_clusters=args.cluster_list)
     grounding_stage = blocks - 1 if spec.objective == "flair" else 1  # FLAIR: the top layer; F-CAST: v^fine
     return FCASTModel(FCASTConfig(text_config=text, vision_config=vision, vision_backbone=spec.vision_backbone,
-                                  objective=spec.objective, grounding_stage=grounding_stage, projection_dim=width,
-                                  pool_heads=4, part_loss_weight=spec.part_loss_weight,
+                                  grounding_stage=grounding_stage, projection_dim=width, pool_heads=4,
                                   part_logit_bias_init_value=args.logit_bias_init,
                                   whole_logit_bias_init_value=args.logit_bias_init))
 
@@ -178,7 +176,8 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
         processor = processors[VARIANTS[variant].hierarchical]
         collator = FCASTCollator(processor, args.num_sub_captions, seed=loop_args.seed,
                                  num_chunks=processors[True].num_chunks)  # every variant: the same sub-captions
-        return FCASTTask(build(variant, args, processor), collator), processor
+        spec = VARIANTS[variant]
+        return FCASTTask(build(variant, args, processor), collator, spec.objective, spec.part_loss_weight), processor
 
     def evaluate(model, processor):
         result = {**evaluate_text_lengths(model, processor, test, pairs, loop_args.per_device_eval_batch_size),
@@ -190,8 +189,8 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
 
     results, histories = train_variants(accelerator, args.variant_list, build_task, evaluate, scenes, loop_args,
                                         lora_args)
-    publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card_template=MODEL_CARD,
-            card_info=FCAST_CARD, hub_args=hub_args, run_args=run_args,
+    publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card=CARD, hub_args=hub_args,
+            run_args=run_args,
             push_variants=[name for name in args.variant_list if VARIANTS[name].objective == "fcast"])  # not baselines
     if accelerator.is_main_process:
         print(f"\nF-CAST miniature ({len(test)} test scenes; {len(pairs)} hard pairs differ only after token "

@@ -41,7 +41,7 @@ from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.evaluation import evaluate_long_captions
-from hf_longclip.models.himo_clip import HIMO_CLIP_CARD
+from hf_longclip.models.himo_clip.card import CARD
 from hf_longclip.plots import coverage, plot_prefix_similarity
 from hf_longclip.training.loop import LoopArguments
 from hf_longclip.training.recipe import (
@@ -55,7 +55,8 @@ from hf_longclip.training.recipe import (
     start_run,
     train_variants,
 )
-from hf_longclip.training.task import ContrastiveTask
+from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+from hf_longclip.training.task import saved_options
 
 BASE = "clip-77-base"
 VARIANTS = {  # name: (text positions, MoLo options over the script's defaults)
@@ -71,7 +72,6 @@ ABLATIONS = {  # table: {row: MoLo options, or the global batch as a multiple of
     "table8": {"batch-x0.5": dict(batch_factor=0.5), "batch-x1": dict(batch_factor=1.0),
                "batch-x2": dict(batch_factor=2.0)},
 }
-MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "himo_clip.md"
 METRICS = ("r1_i2t", "r1_t2i", "himo@2", "himo@3", "himo@k", "ssi")
 LOOP_DEFAULTS = dict(output_dir="outputs/himo", num_train_epochs=2.5)
 
@@ -99,17 +99,17 @@ class ScriptArguments:
 
 
 def build(args: ScriptArguments, backbone: BackboneArguments, dataset, positions: int, options: dict,
-          seed: int) -> tuple[ContrastiveTask, HiMoCLIPProcessor]:
+          seed: int) -> tuple[HiMoCLIPTask, HiMoCLIPProcessor]:
     defaults = dict(hide_tau=args.hide_tau, molo_lambda=args.molo_lambda, hide_scope=args.hide_scope)
     options = {**defaults, **{key: value for key, value in options.items() if key != "batch_factor"}}
     set_seed(seed)  # identical initialisation for every variant
     tokenizer, image_processor = backbone.processor_parts(dataset, positions)
     if backbone.init_from_clip:
-        model = HiMoCLIPModel.from_clip(backbone.init_from_clip, stretch_positions=positions > 77, **options)
+        model = HiMoCLIPModel.from_clip(backbone.init_from_clip, stretch_positions=positions > 77)
     else:
-        model = HiMoCLIPModel(HiMoCLIPConfig(**backbone.scratch_towers(tokenizer, positions), **options))
+        model = HiMoCLIPModel(HiMoCLIPConfig(**backbone.scratch_towers(tokenizer, positions)))
     processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=positions)
-    return ContrastiveTask(model, ImageTextCollator(processor)), processor
+    return HiMoCLIPTask(model, ImageTextCollator(processor), **options), processor
 
 
 def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArguments, lora_args, hub_args,
@@ -121,7 +121,7 @@ def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArgum
 
     def evaluate(model, processor):
         return evaluate_long_captions(model, processor, dataset["test"], batch_size,
-                                      hide_tau=getattr(model.config, "hide_tau", args.hide_tau),
+                                      hide_tau=saved_options(model).get("hide_tau", args.hide_tau),
                                       hide_batch_size=global_batch)
 
     results, histories, given_base = {}, {}, backbone.init_from_clip
@@ -146,7 +146,7 @@ def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArgum
                                Path(loop_args.output_dir) / "prefix_similarity.png",
                                coverage(first["num_images"], first["num_prefixes"], "caption prefixes (test split)"))
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=metrics(args),
-            card_template=MODEL_CARD, card_info=HIMO_CLIP_CARD, hub_args=hub_args, run_args=run_args,
+            card=CARD, hub_args=hub_args, run_args=run_args,
             base_model=given_base, push_variants=list(rows))
     return results
 

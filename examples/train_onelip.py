@@ -29,7 +29,7 @@ differ only after token 77 (chance 50; `hf_longclip.evaluation.evaluate_text_len
 
 Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
 `loss_curves.png` and `recall_by_length.png` (Fig. 3). Multi-GPU, DeepSpeed, resume, LoRA and Hub push (of the
-adapted variants, with `model_cards/onelip.md`) as in train_himo.py.
+adapted variants, with `hf_longclip/models/onelip/model_card.md`) as in train_himo.py.
 """
 
 import math
@@ -44,11 +44,11 @@ from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor, OneLIPModel, OneLIPPro
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.evaluation import evaluate_text_lengths, late_difference_pairs
-from hf_longclip.models.onelip import ONELIP_CARD
+from hf_longclip.models.onelip.card import CARD
 from hf_longclip.plots import plot_recall_by_length
-from hf_longclip.training.hard_negatives import HardNegativeQueues
+from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
 from hf_longclip.training.loop import LoopArguments, whole_model_init
-from hf_longclip.training.negative_bank import (
+from hf_longclip.models.onelip.negative_bank import (
     NegativeBank,
     default_bank_directory,
     model_digest,
@@ -64,7 +64,8 @@ from hf_longclip.training.recipe import (
     start_run,
     train_variants,
 )
-from hf_longclip.training.task import ContrastiveTask, OneLIPTask
+from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+from hf_longclip.models.onelip.task import OneLIPTask
 
 BASE = "clip-77"
 BASE_LENGTH = 77
@@ -84,7 +85,6 @@ TABLE4 = {  # Table 4's rows: name -> (queue size as a fraction of --hnm_queue_s
     "table4-pohnm": (1.0, True),
 }
 FIG3_LINES = {"clip": "fine-tuned CLIP (Long-CLIP stretching)", "trim": "OneLIP"}
-MODEL_CARD = Path(__file__).resolve().parents[1] / "model_cards" / "onelip.md"
 METRICS = ("r1_i2t", "r1_t2i", "short_r1_i2t", "short_r1_t2i", "hard_r1_i2t", "hard_r1_t2i")
 LOOP_DEFAULTS = dict(output_dir="outputs/onelip", max_steps=60, warmup_steps=10, learning_rate=2e-4,
                      logging_steps=10)
@@ -141,22 +141,22 @@ def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: in
     set_seed(seed)  # identical initialisation of every new weight (TRIM-Refine's queries) for every variant
     clip = load_clip(base)
     if method == "clip":
-        model = HiMoCLIPModel.from_clip(clip, stretch_positions=length > BASE_LENGTH, molo_lambda=0.0)
+        model = HiMoCLIPModel.from_clip(clip, stretch_positions=length > BASE_LENGTH)
         processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
-        return ContrastiveTask(model, ImageTextCollator(processor)), processor
-    model = OneLIPModel.from_clip(clip, max_length=length, token_distillation=method, trim_top_k=args.trim_top_k,
-                                  trim_rank=args.trim_rank, trim_alpha=args.trim_alpha,
-                                  weight_switch_step=switch_step)
+        return HiMoCLIPTask(model, ImageTextCollator(processor), molo_lambda=0.0), processor
+    model = OneLIPModel.from_clip(clip, max_length=length)
     processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
+    options = dict(token_distillation=method, trim_top_k=args.trim_top_k, trim_rank=args.trim_rank,
+                   trim_alpha=args.trim_alpha, weight_switch_step=switch_step)
     fraction, online = TABLE4.get(variant, (0.0, False))
     if not fraction:
-        return OneLIPTask(model, ImageTextCollator(processor), teacher=clip), processor
+        return OneLIPTask(model, ImageTextCollator(processor), teacher=clip, **options), processor
     queues = HardNegativeQueues(bank, Path(output_dir) / "hard_negatives" / variant,
                                 queue_size=max(1, round(fraction * args.hnm_queue_size)),
                                 update_steps=args.hnm_update_steps, beta=args.hnm_beta, theta=args.hnm_theta,
                                 delta=args.hnm_delta, online=online)
     collate = ImageTextCollator(processor, index_column="sample_index")
-    return OneLIPTask(model, collate, teacher=clip, hard_negatives=queues), processor
+    return OneLIPTask(model, collate, teacher=clip, hard_negatives=queues, **options), processor
 
 
 def train_table4(accelerator, args: ScriptArguments, variants: list[str], base: str, parts: tuple, dataset,
@@ -239,7 +239,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
         print(f"\nhard pairs: {len(pairs)} of the {len(test) // 2} test pairs differ only after token {BASE_LENGTH}; "
               f"short captions: {results[BASE]['num_short_texts']} distinct first sentences")
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
-            card_template=MODEL_CARD, card_info=ONELIP_CARD, hub_args=hub_args, run_args=run_args,
+            card=CARD, hub_args=hub_args, run_args=run_args,
             base_model=script_args.base_checkpoint or backbone.init_from_clip, push_variants=variants)
     return results
 

@@ -1,20 +1,11 @@
 """hf-longclip: long-text, hierarchy-aware CLIP models for the Hugging Face ecosystem."""
 
-from transformers import (
-    AutoConfig,
-    AutoImageProcessor,
-    AutoModel,
-    AutoModelForImageClassification,
-    AutoModelForZeroShotImageClassification,
-    AutoProcessor,
-)
+import importlib
 
-from .models.cast import (
-    CASTForImageClassification,
-    CASTImageProcessor,
-    CASTVisionConfig,
-    CASTVisionModel,
-)
+import transformers
+
+from .models import MODEL_FOLDERS
+from .models.cast import CASTForImageClassification, CASTImageProcessor, CASTVisionConfig, CASTVisionModel
 from .models.ditm import DITMConfig, DITMModel, DITMProcessor
 from .models.fcast import FCASTConfig, FCASTModel, FCASTProcessor
 from .models.himo_clip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
@@ -23,34 +14,26 @@ from .models.onelip import OneLIPConfig, OneLIPModel, OneLIPProcessor
 __version__ = "0.1.0"
 
 
-def _register(config_class, model_class, processor_class) -> None:
-    """Make Auto* resolve our classes, and make `save_pretrained` write their code next to the weights."""
-    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-    AutoModel.register(config_class, model_class, exist_ok=True)
-    AutoModelForZeroShotImageClassification.register(config_class, model_class, exist_ok=True)
-    AutoProcessor.register(config_class, processor_class, exist_ok=True)
+def _register(auto_classes: dict) -> None:
+    """Make each Auto class resolve our classes (`{"AutoModel": Model, ...}`, the config under "AutoConfig"), and
+    make `save_pretrained` write their code next to the weights (`register_for_auto_class`)."""
+    config_class = auto_classes["AutoConfig"]
+    transformers.AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
     config_class.register_for_auto_class()
-    model_class.register_for_auto_class("AutoModel")
-    processor_class.register_for_auto_class("AutoProcessor")
+    for auto_name, cls in auto_classes.items():
+        if auto_name == "AutoConfig":
+            continue
+        auto = getattr(transformers, auto_name)
+        if auto_name == "AutoImageProcessor":
+            auto.register(config_class, image_processor_classes={"pil": cls}, exist_ok=True)
+        else:
+            auto.register(config_class, cls, exist_ok=True)
+        if auto_name != "AutoModelForZeroShotImageClassification":  # its auto_map entry is the model's own saving's
+            cls.register_for_auto_class(auto_name)
 
 
-def _register_vision(config_class, model_class, classifier_class, image_processor_class) -> None:
-    """`_register` for a vision-only backbone: AutoModel, AutoModelForImageClassification, AutoImageProcessor."""
-    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-    AutoModel.register(config_class, model_class, exist_ok=True)
-    AutoModelForImageClassification.register(config_class, classifier_class, exist_ok=True)
-    AutoImageProcessor.register(config_class, image_processor_classes={"pil": image_processor_class}, exist_ok=True)
-    config_class.register_for_auto_class()
-    model_class.register_for_auto_class("AutoModel")
-    classifier_class.register_for_auto_class("AutoModelForImageClassification")
-    image_processor_class.register_for_auto_class("AutoImageProcessor")
-
-
-_register(HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor)
-_register(DITMConfig, DITMModel, DITMProcessor)
-_register(OneLIPConfig, OneLIPModel, OneLIPProcessor)
-_register(FCASTConfig, FCASTModel, FCASTProcessor)
-_register_vision(CASTVisionConfig, CASTVisionModel, CASTForImageClassification, CASTImageProcessor)
+for _folder in MODEL_FOLDERS:
+    _register(importlib.import_module(f"{__name__}.models.{_folder}").AUTO_CLASSES)
 
 __all__ = [
     "CASTForImageClassification",

@@ -2,7 +2,7 @@
 siblings; `code_bundle` copies the ones a model uses into that model's remote-code bundle."""
 
 from .code_bundle import CodeBundleMixin, bundle_sources, write_bundle
-from .dual_encoder import DualEncoderMixin, DualEncoderOutput, end_of_text_positions, sum_of_terms
+from .dual_encoder import DualEncoderMixin, DualEncoderOutput, end_of_text_positions
 from .gpo import GPO, sinusoidal_encoding
 from .losses import (
     check_paired_embeddings,
@@ -35,6 +35,5 @@ __all__ = [
     "sigmoid_loss",
     "sinusoidal_encoding",
     "stretch_position_embeddings",
-    "sum_of_terms",
     "write_bundle",
 ]

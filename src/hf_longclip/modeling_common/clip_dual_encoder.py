@@ -1,6 +1,6 @@
 """What the models built on transformers' `CLIPModel` share (HiMo-CLIP, DITM): construction from a CLIP checkpoint,
 the end-of-text check (`end_of_text_positions`), a shape-(1,) logit scale and the text tower for diffusers (the
-joint forward pass is `DualEncoderMixin`'s). Each model adds its own objective (and, for DITM, its image pooling)."""
+joint forward pass is `DualEncoderMixin`'s). DITM adds its image pooling."""
 
 import copy
 
@@ -8,13 +8,14 @@ import torch
 from torch import nn
 from transformers import AutoModel, CLIPModel, CLIPTextModel
 from transformers import initialization as init
+from transformers.utils import can_return_tuple
 
-from hf_longclip.modeling_common.dual_encoder import DualEncoderMixin, end_of_text_positions
+from hf_longclip.modeling_common.dual_encoder import DualEncoderMixin, DualEncoderOutput, end_of_text_positions
 from hf_longclip.modeling_common.positions import stretch_position_embeddings
 
 
 class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
-    """A `CLIPModel` whose subclasses return their objective's loss from `forward(..., return_loss=True)`.
+    """A `CLIPModel` that saves its own code, checks its texts' end-of-text tokens and starts from CLIP checkpoints.
 
     The logit scale is a shape-(1,) parameter (DeepSpeed rejects 0-dim parameters), initialised by `_init_weights`
     (CLIP's leaves it out). `new_weight_prefixes` names the weights a subclass adds that CLIP checkpoints lack
@@ -81,3 +82,23 @@ class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
     def get_text_features(self, input_ids: torch.Tensor, *args, **kwargs):
         end_of_text_positions(input_ids, self.config.text_config.eos_token_id)  # the check: CLIP pools there
         return super().get_text_features(input_ids, *args, **kwargs)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        return_loss: bool | None = None,
+        interpolate_pos_encoding: bool = False,
+        **kwargs,
+    ) -> DualEncoderOutput:
+        r"""
+        return_loss (`bool`, *optional*):
+            Whether to return CLIP's symmetric InfoNCE over this batch (text i matching image i, no gather).
+        """
+        vision_outputs, text_outputs, image_embeds, text_embeds = self.encode_pair(
+            input_ids, pixel_values, attention_mask, position_ids, interpolate_pos_encoding, **kwargs
+        )
+        return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, return_loss)

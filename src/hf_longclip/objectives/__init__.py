@@ -1,5 +1,6 @@
 """Losses as modules (open_clip's `loss.py` style): each returns a dict of named terms whose sum is the loss.
-Models call them in `forward(return_loss=True)`; the training loop logs every term.
+Each model's task applies them to the model's outputs (`outputs = model(**inputs)`, then the objective over
+`outputs.image_embeds`, ...); the training loop logs every term.
 
 | objective | terms | paper |
 |---|---|---|
@@ -11,15 +12,16 @@ Models call them in `forward(return_loss=True)`; the training loop logs every te
 | `FLAIRLoss` | text_conditioned_loss, multi_positive_loss | FLAIR's flat loss (F-CAST's Table 2 baseline) |
 | `DITMLoss` | triplet_loss, order_loss | DITM Eq. 4-7: adaptive triplet (VSE++ hardest negatives), ordering |
 
-Each module imports only torch and the shared modelling code, so it travels in a model's remote-code bundle. State
-that needs more (PO-HNM's disk-backed queues, mined with faiss) lives in `hf_longclip.training.hard_negatives`.
+Each module imports only torch and the shared modelling code. Training state beyond the loss (OneLIP's teacher and
+step count, PO-HNM's disk-backed queues, DITM's warm-up) belongs to the model's task
+(`hf_longclip.models.<arch>.task`).
 """
 
 from .clip import ClipLoss
 from .ditm import DITMLoss, adaptive_triplet_loss, ordering_loss
 from .fcast import FCASTLoss, FLAIRLoss, part_level_queries, text_grounded_pair_losses, text_grounded_pairs
 from .molo import MoLoLoss, hide_components, kept_components, num_principal_components
-from .onelip import OneLIPLoss, TRIMRefine, trim_scores, trim_select
+from .onelip import OneLIPLoss, trim_scores, trim_select
 from .sigmoid import SigLipLoss
 
 __all__ = [
@@ -30,7 +32,6 @@ __all__ = [
     "MoLoLoss",
     "OneLIPLoss",
     "SigLipLoss",
-    "TRIMRefine",
     "adaptive_triplet_loss",
     "hide_components",
     "kept_components",

@@ -125,19 +125,6 @@ def trim_select(states: torch.Tensor, scores: torch.Tensor, top_k: int) -> tuple
     return selected, kept
 
 
-class TRIMRefine(nn.Module):
-    """TRIM-Refine (Eq. 6): Z_agg = Attn(Q, Z', Z'), L2 learnable queries Q (the model's trainable weights) in
-    single-head scaled dot-product attention over the selected tokens, padding slots masked."""
-
-    def __init__(self, num_queries: int, dim: int):
-        super().__init__()
-        self.queries = nn.Parameter(torch.empty(num_queries, dim))
-
-    def forward(self, tokens: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-        queries = self.queries.to(tokens.dtype).expand(tokens.shape[0], -1, -1)
-        return F.scaled_dot_product_attention(queries, tokens, tokens, attn_mask=kept[:, None, :])
-
-
 def coarse_loss(states: torch.Tensor, teacher_states: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """L_coarse (Eq. 3): mean over texts of 1 - <Z, Z_hat>_F / (|Z|_F |Z_hat|_F) over each text's valid tokens."""
     mask = valid[..., None].to(states.dtype)
@@ -209,7 +196,7 @@ class OneLIPLoss(nn.Module):
         token_embeds: torch.Tensor,
         valid: torch.Tensor,
         teacher_states: torch.Tensor,
-        refine: TRIMRefine,
+        refine: nn.Module,
         step: int = 0,
         hard_negative_embeds: torch.Tensor | None = None,
         hard_negative_mask: torch.Tensor | None = None,
@@ -220,8 +207,8 @@ class OneLIPLoss(nn.Module):
 
         PO-HNM (Sec. 3.2): `hard_negative_embeds` (B, M, P), each image's queued negative captions as the frozen
         base encoder embedded them (L2-normalised, no gradient), with `hard_negative_mask` (B, M) marking filled
-        slots, join the image-to-text denominator of Eq. 1 (`hf_longclip.objectives.pohnm`); M = 0 or None is
-        plain OneLIP."""
+        slots, join the image-to-text denominator of Eq. 1 (`hf_longclip.models.onelip.hard_negatives`); M = 0 or None
+        is plain OneLIP."""
         check_paired_embeddings(image_embeds, text_embeds)
         batch, length, width = text_states.shape
         if teacher_states.ndim != 3 or teacher_states.shape[0] != batch or teacher_states.shape[1] > length:

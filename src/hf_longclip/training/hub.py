@@ -1,6 +1,6 @@
 """Push a saved checkpoint to the Hub with a model card filled from the run's config and measured eval results.
 
-    card = build_model_card("model_cards/himo_clip.md", repo_id="org/himo-clip", info=HIMO_CLIP_CARD, base_model=None,
+    card = build_model_card(CARD.template, repo_id="org/himo-clip", info=CARD, base_model=None,
                             datasets=[], config=model.config, training_args=training_args,
                             results=results["himo-clip"], dataset_name="synthetic scenes (test)")
     url = push_to_hub(output_dir / "himo-clip", "org/himo-clip", card=card)   # main process only
@@ -51,9 +51,10 @@ METRIC_NAMES = {"r1_i2t": "R@1 image→text", "r1_t2i": "R@1 text→image"}
 @dataclasses.dataclass(frozen=True)
 class ModelCardInfo:
     """What a model's own package tells the card: its tags, the display names of its metrics, the rows of the
-    training table read from its config (label -> config keys, shown joined by " / "), and its task (the Hub
-    pipeline tag and the evaluation's name)."""
+    training table read from its config and its task's options (label -> keys, shown joined by " / "), and its task
+    (the Hub pipeline tag and the evaluation's name)."""
 
+    template: Path | None = None
     tags: tuple[str, ...] = ()
     metric_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     config_rows: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)

@@ -32,7 +32,6 @@ from transformers.integrations import (
 )
 
 from ..data.shards import SKIPPED, ShardStream, expand_shards, shard_sample_counts
-from ..modeling_common.dual_encoder import sum_of_terms
 from .checkpoint import (
     TASK_FILES,
     read_process_state,
@@ -41,7 +40,7 @@ from .checkpoint import (
     save_checkpoint,
     write_atomic_directory,
 )
-from .task import Task
+from .task import Task, sum_of_terms
 
 logger = get_logger(__name__)
 

@@ -40,11 +40,12 @@ from ..data.collate import ImageTextCollator
 from ..data.tokenizer import scene_corpus, train_scene_tokenizer
 from ..fileio import write_atomic
 from ..models.himo_clip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
+from ..models.himo_clip.task import HiMoCLIPTask
 from ..plots import plot_loss_curves, plot_seed_summary
 from .hub import ModelCardInfo, build_model_card, push_to_hub
 from .loop import LoopArguments, make_accelerator, save_model, train, whole_model_init
 from .lora import LoraArguments, apply_lora, count_parameters, merge_lora
-from .task import ContrastiveTask, Task
+from .task import OPTIONS_FILE, Task, save_options
 
 logger = get_logger(__name__)
 
@@ -127,9 +128,9 @@ def base_clip_task(backbone: BackboneArguments, dataset, positions: int, seed: i
     (train_himo.py's clip-77 / clip-248): the pretrained base that OneLIP adapts and DITM fine-tunes."""
     set_seed(seed)
     tokenizer, image_processor = backbone.processor_parts(dataset, positions)
-    model = HiMoCLIPModel(HiMoCLIPConfig(**backbone.scratch_towers(tokenizer, positions), molo_lambda=0.0))
+    model = HiMoCLIPModel(HiMoCLIPConfig(**backbone.scratch_towers(tokenizer, positions)))
     processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=positions)
-    return ContrastiveTask(model, ImageTextCollator(processor)), processor
+    return HiMoCLIPTask(model, ImageTextCollator(processor), molo_lambda=0.0), processor
 
 
 def train_base_clip(accelerator: Accelerator, name: str, backbone: BackboneArguments, dataset, positions: int,
@@ -273,6 +274,7 @@ def train_variants(
             model = merge_lora(model)
         save_model(accelerator, model, output_dir / variant, processor)
         if accelerator.is_main_process:  # evaluate what was saved: the same under every engine, ZeRO-3 included
+            save_options(task, output_dir / variant)
             with whole_model_init(accelerator):
                 saved = auto_class.from_pretrained(output_dir / variant, trust_remote_code=True, dtype=torch.float32)
             results[variant] = {**evaluate(saved.to(accelerator.device), processor),
@@ -368,8 +370,7 @@ def publish(
     *,
     output_dir: str | Path,
     metrics: Sequence[str],
-    card_template: str | Path,
-    card_info: ModelCardInfo,
+    card: ModelCardInfo,
     hub_args: HubArguments,
     run_args: Mapping,
     base_model: str | None = None,
@@ -390,7 +391,9 @@ def publish(
     pushed = list(results) if push_variants is None else list(push_variants)
     for variant, repo_id in hub_args.repo_ids(pushed).items():
         config = json.loads((output_dir / variant / "config.json").read_text())
-        card = build_model_card(card_template, repo_id=repo_id, info=card_info, results=results[variant],
+        options = output_dir / variant / OPTIONS_FILE
+        config = {**config, **(json.loads(options.read_text()) if options.is_file() else {})}
+        rendered = build_model_card(card.template, repo_id=repo_id, info=card, results=results[variant],
                                 config=config, training_args={**run_args, "variant": variant}, base_model=base_model)
-        url = push_to_hub(output_dir / variant, repo_id, card=card, private=hub_args.hub_private)
+        url = push_to_hub(output_dir / variant, repo_id, card=rendered, private=hub_args.hub_private)
         print(f"pushed {variant} to {url}")

@@ -1,18 +1,17 @@
-from ...training.hub import ModelCardInfo
+"""CAST: superpixel tokens and graph pooling (F-CAST's vision tower). The model's own modules; its task, card and
+figures are modules of this package, imported where used."""
+
 from .configuration_cast import CASTVisionConfig
 from .image_processing_cast import CASTImageProcessor, compute_superpixels
 from .modeling_cast import CASTForImageClassification, CASTVisionModel, CASTVisionOutput
 
-CAST_CARD = ModelCardInfo(
-    tags=("cast", "superpixels", "graph-pooling", "image-classification"),
-    metric_names={"test_accuracy": "top-1 accuracy (%)"},
-    config_rows={"superpixels / segments per stage": ("num_segments", "num_clusters")},
-    task_type="image-classification",
-    task_name="Shape classification",
-)
+# what `hf_longclip` registers with transformers' Auto classes (see `hf_longclip.models.MODEL_FOLDERS`)
+AUTO_CLASSES = {"AutoConfig": CASTVisionConfig, "AutoModel": CASTVisionModel,
+                "AutoModelForImageClassification": CASTForImageClassification, "AutoImageProcessor": CASTImageProcessor}
+
 
 __all__ = [
-    "CAST_CARD",
+    "AUTO_CLASSES",
     "CASTForImageClassification",
     "CASTImageProcessor",
     "CASTVisionConfig",

@@ -1,13 +1,13 @@
-from ...training.hub import ModelCardInfo
+"""DITM: CLIP's towers with GPO image pooling, trained with the adaptive triplet + ordering objective. The model's
+own modules; its task, card, evaluation and figures are modules of this package, imported where used."""
+
 from .configuration_ditm import DITMConfig
 from .modeling_ditm import DITMModel
 from .processing_ditm import DITMProcessor
 
-DITM_CARD = ModelCardInfo(
-    tags=("ditm",),
-    metric_names={"i2t_r1": "R@1 I2T", "t2i_r1": "R@1 T2I", "rsum": "RSUM", "precision": "HierarCaps P",
-                  "recall": "HierarCaps R", "d_corr": "d_corr (root)", "d_corr_image": "d_corr (image)"},
-    config_rows={"tau / lambda": ("margin_scale", "order_weight")},
-)
+# what `hf_longclip` registers with transformers' Auto classes (see `hf_longclip.models.MODEL_FOLDERS`)
+AUTO_CLASSES = {"AutoConfig": DITMConfig, "AutoModel": DITMModel, "AutoModelForZeroShotImageClassification": DITMModel,
+                "AutoProcessor": DITMProcessor}
 
-__all__ = ["DITM_CARD", "DITMConfig", "DITMModel", "DITMProcessor"]
+
+__all__ = ["AUTO_CLASSES", "DITMConfig", "DITMModel", "DITMProcessor"]

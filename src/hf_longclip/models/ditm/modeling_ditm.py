@@ -1,6 +1,7 @@
 """DITM (Jang et al., "Descriptive Image-Text Matching with Graded Contextual Similarity"): CLIP's towers with a
 generalized pooling operator (GPO) over the image tokens and L2-normalised embeddings (Sec. IV-C.1), trained with
-the adaptive triplet + ordering objective of `hf_longclip.objectives.ditm` (Eq. 7)."""
+the adaptive triplet + ordering objective of `hf_longclip.objectives.ditm` (Eq. 7) by
+`hf_longclip.models.ditm.task.DITMTask`."""
 
 import math
 
@@ -12,9 +13,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.utils import can_return_tuple
 
 from hf_longclip.modeling_common.clip_dual_encoder import CLIPDualEncoder
-from hf_longclip.modeling_common.dual_encoder import DualEncoderOutput
 from hf_longclip.modeling_common.gpo import GPO
-from hf_longclip.objectives.ditm import DITMLoss
 
 from .configuration_ditm import DITMConfig
 
@@ -22,8 +21,8 @@ DEFAULT_CLIP_CHECKPOINT = "openai/clip-vit-base-patch16"
 
 
 class DITMModel(CLIPDualEncoder):
-    """CLIP whose image embedding is GPO over the projected tokens of the vision tower, and whose
-    `forward(..., return_loss=True)` returns DITM's `triplet_loss` and `order_loss` (Eq. 7).
+    """CLIP whose image embedding is GPO over the projected tokens of the vision tower. `forward(return_loss=True)`
+    returns CLIP's InfoNCE over the given local batch; DITM's objective (Eq. 7) is `DITMTask`'s.
 
     Image embedding (a choice; the paper says "GPO atop a ViT"): every output token of the vision transformer, the
     class token included, goes through CLIP's post-layernorm and visual projection, and GPO pools the projected
@@ -40,7 +39,6 @@ class DITMModel(CLIPDualEncoder):
         super().__init__(config)
         self.image_pooler = GPO(config.gpo_pe_dim, config.gpo_hidden_dim, config.gpo_temperature)
         self.logit_scale.requires_grad_(False)
-        self.objective = DITMLoss(config.margin_scale, config.order_weight)
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -56,7 +54,7 @@ class DITMModel(CLIPDualEncoder):
     ) -> "DITMModel":
         """Build a DITM model from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`): CLIP's
         towers, a randomly initialised GPO (Sec. IV-C.2). `stretch_positions=True` stretches the text positions
-        77 -> 248 (Long-CLIP) for long captions; `config_kwargs` set DITM options (`order_weight`, ...)."""
+        77 -> 248 (Long-CLIP) for long captions; `config_kwargs` set configuration options (GPO's)."""
         return super().from_clip(clip, stretch_positions, **config_kwargs)
 
     @can_return_tuple
@@ -71,42 +69,6 @@ class DITMModel(CLIPDualEncoder):
         tokens = self.visual_projection(self.vision_model.post_layernorm(vision_outputs.last_hidden_state))
         vision_outputs.pooler_output = self.image_pooler(tokens)[0]
         return vision_outputs
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        pixel_values: torch.FloatTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        descriptiveness: torch.Tensor | None = None,
-        image_ids: torch.LongTensor | None = None,
-        text_image_index: torch.LongTensor | None = None,
-        return_loss: bool | None = None,
-        interpolate_pos_encoding: bool = False,
-        **kwargs,
-    ) -> DualEncoderOutput:
-        r"""
-        descriptiveness (`torch.Tensor` of shape `(num_texts,)`, *optional*):
-            delta(t) of each text in [0, 1] (Eq. 1-2; `hf_longclip.data.descriptiveness`); needed for the loss.
-        image_ids (`torch.LongTensor` of shape `(num_texts,)`, *optional*):
-            Identity of each text's image, unique across processes (e.g. its dataset index): texts with equal ids are
-            positives of each other's images, never negatives. Default: every text has its own image.
-        text_image_index (`torch.LongTensor` of shape `(num_texts,)`, *optional*):
-            Row of `pixel_values` each text describes, when a batch holds several texts per image (each image
-            encoded once). Default: text i describes image i.
-        """
-        vision_outputs, text_outputs, image_embeds, text_embeds = self.encode_pair(
-            input_ids, pixel_values, attention_mask, position_ids, interpolate_pos_encoding, **kwargs
-        )
-        loss_terms = None
-        if return_loss:
-            if descriptiveness is None:
-                raise ValueError("DITM's loss needs the `descriptiveness` of every text (DITM Eq. 1-2), e.g. from "
-                                 "hf_longclip.data.descriptiveness.add_descriptiveness_column")
-            paired = image_embeds if text_image_index is None else image_embeds[text_image_index]
-            loss_terms = self.objective(paired, text_embeds, image_ids, descriptiveness)
-        return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, loss_terms)
 
 
 __all__ = ["DITMModel"]

@@ -1,19 +1,14 @@
-from ...training.hub import ModelCardInfo
+"""F-CAST: CAST vision tower, hierarchical text encoder, text-grounded pooling. The model's own modules; its task,
+card, evaluation and figures are modules of this package, imported where used."""
+
 from .configuration_fcast import FCASTConfig, FCASTTextConfig
 from .modeling_fcast import FCASTGroundingOutput, FCASTModel, FCASTTextOutput
 from .processing_fcast import FCASTProcessor
 
-FCAST_CARD = ModelCardInfo(
-    tags=("fcast", "cast", "long-text", "grounding"),
-    metric_names={
-        "hard_r1_i2t": "R@1 image→text, late pairs", "hard_r1_t2i": "R@1 text→image, late pairs",
-        "pointing_game": "grounding: pointing game (%)", "box_mass": "grounding: attention mass in the box (%)",
-    },
-    config_rows={
-        "L_part weight": ("part_loss_weight",),
-        "AttnPool heads / grounding stage": ("pool_heads", "grounding_stage"),
-    },
-)
+# what `hf_longclip` registers with transformers' Auto classes (see `hf_longclip.models.MODEL_FOLDERS`)
+AUTO_CLASSES = {"AutoConfig": FCASTConfig, "AutoModel": FCASTModel, "AutoModelForZeroShotImageClassification": FCASTModel,
+                "AutoProcessor": FCASTProcessor}
 
-__all__ = ["FCAST_CARD", "FCASTConfig", "FCASTGroundingOutput", "FCASTModel", "FCASTProcessor", "FCASTTextConfig",
+
+__all__ = ["AUTO_CLASSES", "FCASTConfig", "FCASTGroundingOutput", "FCASTModel", "FCASTProcessor", "FCASTTextConfig",
            "FCASTTextOutput"]

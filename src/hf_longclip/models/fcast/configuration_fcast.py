@@ -1,8 +1,8 @@
 """F-CAST configuration ("Aligning Forest and Trees in Images and Long Captions", Sec. 3-4.1): a CAST vision
 configuration, a hierarchical text configuration (stage 1 over each chunk, stage 2 over the chunk embeddings) and
-the two-level loss's temperatures and biases. Switches give the rows of its Table 2 between FLAIR and F-CAST: a ViT
-instead of CAST, CLIP's flat text encoder instead of the hierarchical one, FLAIR's flat loss instead of the
-two-level one."""
+the two-level loss's temperatures and biases. Switches give the architectures of its Table 2 between FLAIR and
+F-CAST: a ViT instead of CAST, CLIP's flat text encoder instead of the hierarchical one (FLAIR's flat loss instead of
+the two-level one is the training task's choice, `hf_longclip.models.fcast.task.FCASTTask`)."""
 
 import math
 
@@ -10,6 +10,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
 
 from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+from hf_longclip.modeling_common.configuration import drop_training_options
 from hf_longclip.models.cast.configuration_cast import CASTVisionConfig
 
 
@@ -61,7 +62,8 @@ class FCASTTextConfig(CLIPTextConfig):
 
 
 VISION_BACKBONES = {"cast": CASTVisionConfig, "vit": CLIPVisionConfig}
-OBJECTIVES = ("fcast", "flair")
+# the objective's options, which configurations saved before they moved to `FCASTTask` still carry
+TRAINING_OPTIONS = ("objective", "part_loss_weight")
 
 
 @strict
@@ -73,25 +75,18 @@ class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
     vision_backbone (`str`, defaults to `"cast"`):
         "cast" (F-CAST) or "vit" (transformers' CLIP vision transformer, FLAIR's; its [CLS] is the global image and
         its top-layer patch tokens are what sub-captions ground in).
-    objective (`str`, defaults to `"fcast"`):
-        "fcast", the two-level loss of Eq. 6-8, or "flair", FLAIR's flat loss (`FLAIRLoss`): the text-conditioned
-        sigmoid loss over the top layer's tokens plus the multi-positive sigmoid loss of the global image against
-        its sub-captions (and t^long with the hierarchical encoder), one temperature and bias (the whole level's).
-        FLAIR grounds in the top layer: set `grounding_stage` to CAST's last stage with it.
     projection_dim (`int`, defaults to 512):
         The joint embedding width (Sec. 4.1: 512 for image and text features).
     pool_heads (`int`, defaults to 8):
         Heads of the text-grounded attention pooling (Eq. 6); must divide `projection_dim`.
     grounding_stage (`int`, defaults to 1):
         Which CAST stage's segment tokens the pooling attends to: the second (index 1, 64 segments, v^fine). A ViT
-        has one level, its patch tokens.
+        has one level, its patch tokens. FLAIR grounds in the top layer: its CAST variant sets the last stage.
     part_logit_scale_init_value, whole_logit_scale_init_value (`float`, defaults to log(1 / 0.07)):
         log of the temperature factor tau_part / tau_whole of Eq. 7-8 (Sec. 4.1: temperature 0.07, so the logits are
         scaled by 1 / 0.07 at the start; learnable, stored as a log).
     part_logit_bias_init_value, whole_logit_bias_init_value (`float`, defaults to -10.0):
         b_part / b_whole (Sec. 4.1, SigLIP's -10).
-    part_loss_weight (`float`, defaults to 1.0):
-        Weight of L_part in L = L_part + L_whole; 0 trains "F-CAST w/o part alignment" (Table 5).
     """
 
     model_type = "fcast"
@@ -100,7 +95,6 @@ class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
     text_config: dict | FCASTTextConfig | None = None
     vision_config: dict | CASTVisionConfig | CLIPVisionConfig | None = None
     vision_backbone: str = "cast"
-    objective: str = "fcast"
     projection_dim: int = 512
     pool_heads: int = 8
     grounding_stage: int = 1
@@ -108,14 +102,11 @@ class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
     whole_logit_scale_init_value: float = math.log(1 / 0.07)
     part_logit_bias_init_value: float = -10.0
     whole_logit_bias_init_value: float = -10.0
-    part_loss_weight: float = 1.0
     initializer_factor: float = 1.0
 
     def __post_init__(self, **kwargs):
         if self.vision_backbone not in VISION_BACKBONES:
             raise ValueError(f"vision_backbone must be one of {list(VISION_BACKBONES)}, got {self.vision_backbone!r}")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
         for key in ("text_config", "vision_config"):
             value = getattr(self, key)
             if isinstance(value, dict):
@@ -126,16 +117,12 @@ class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
         elif not isinstance(self.vision_config, vision_class):
             raise ValueError(f"vision_backbone={self.vision_backbone!r} needs a {vision_class.__name__}, got "
                              f"{type(self.vision_config).__name__}")
-        super().__post_init__(**kwargs)
+        super().__post_init__(**drop_training_options(kwargs, TRAINING_OPTIONS, "FCASTTask"))
         if self.projection_dim < 1 or self.pool_heads < 1 or self.projection_dim % self.pool_heads:
             raise ValueError(f"pool_heads ({self.pool_heads}) must divide projection_dim ({self.projection_dim})")
         stages = len(getattr(self.vision_config, "depths", [None]))  # a ViT: one level
         if self.vision_backbone == "cast" and not 0 <= self.grounding_stage < stages:
             raise ValueError(f"grounding_stage must index one of CAST's {stages} stages, got {self.grounding_stage}")
-        if self.part_loss_weight < 0:
-            raise ValueError(f"part_loss_weight must be >= 0, got {self.part_loss_weight}")
-        if self.objective == "flair" and self.part_loss_weight != 1.0:
-            raise ValueError("part_loss_weight weighs F-CAST's L_part; FLAIR's flat loss has no such weight (keep 1.0)")
 
 
-__all__ = ["FCASTConfig", "FCASTTextConfig", "OBJECTIVES", "VISION_BACKBONES"]
+__all__ = ["FCASTConfig", "FCASTTextConfig", "VISION_BACKBONES"]

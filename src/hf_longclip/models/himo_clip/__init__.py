@@ -1,12 +1,13 @@
-from ...training.hub import ModelCardInfo
+"""HiMo-CLIP: a CLIP with 248 text positions trained with MoLo (HiDe components). The model's own modules; its
+task, card, evaluation and figures are modules of this package, imported where used."""
+
 from .configuration_himo_clip import HiMoCLIPConfig
 from .modeling_himo_clip import HiMoCLIPModel
 from .processing_himo_clip import HiMoCLIPProcessor
 
-HIMO_CLIP_CARD = ModelCardInfo(
-    tags=("himo-clip",),
-    metric_names={"himo@2": "HiMo@2", "himo@3": "HiMo@3", "himo@k": "HiMo@K"},
-    config_rows={"HiDe tau / MoLo lambda / HiDe scope": ("hide_tau", "molo_lambda", "hide_scope")},
-)
+# what `hf_longclip` registers with transformers' Auto classes (see `hf_longclip.models.MODEL_FOLDERS`)
+AUTO_CLASSES = {"AutoConfig": HiMoCLIPConfig, "AutoModel": HiMoCLIPModel,
+                "AutoModelForZeroShotImageClassification": HiMoCLIPModel, "AutoProcessor": HiMoCLIPProcessor}
 
-__all__ = ["HIMO_CLIP_CARD", "HiMoCLIPConfig", "HiMoCLIPModel", "HiMoCLIPProcessor"]
+
+__all__ = ["AUTO_CLASSES", "HiMoCLIPConfig", "HiMoCLIPModel", "HiMoCLIPProcessor"]

@@ -32,7 +32,7 @@ from accelerate import Accelerator
 from tqdm.auto import tqdm
 from transformers import CLIPModel
 
-from ..fileio import write_atomic
+from hf_longclip.fileio import write_atomic
 
 BANK_FORMAT = 1
 METADATA = "bank.json"

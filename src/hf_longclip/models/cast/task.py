@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .task import Task
+from hf_longclip.training.task import Task
 
 
 class ImageClassificationCollator:

@@ -1,6 +1,6 @@
 """Per-sample Online Hard Negative Mining (PO-HNM, OneLIP Sec. 3.2, Eq. 8-9) at the paper's scale: one queue of M
 negative captions per training sample, mined with faiss from the negative bank
-(`hf_longclip.training.negative_bank`), kept on disk, refreshed by Eq. 9, checkpointed with the run.
+(`hf_longclip.models.onelip.negative_bank`), kept on disk, refreshed by Eq. 9, checkpointed with the run.
 
     queues = HardNegativeQueues(bank, directory, queue_size=1024, update_steps=2000)
     queues.initialise(accelerator)                       # fresh run: mine every queue once
@@ -160,6 +160,11 @@ class HardNegativeQueues:
         self._index = None
         self._caption_embeds = None  # the bank's caption embeddings as a tensor, on the device of the last batch
         self._widest_image = int(np.diff(bank.offsets).max())  # most captions of one image: all may rank first
+
+    def options(self) -> dict:
+        """PO-HNM's hyper-parameters (Sec. 4.1's names: M, T_update, beta, theta, delta; offline HNM: `online` off)."""
+        return {"queue_size": self.queue_size, "update_steps": self.update_steps, "beta": self.beta,
+                "theta": self.theta, "delta": self.delta, "online": self.online}
 
     @property
     def index(self) -> NegativeIndex:

@@ -1,0 +1,91 @@
+"""F-CAST's training task: batches of B images, each with K sub-captions, the first N the random chunks of its long
+caption (App. C), the other K - N chunks of its other captions (Sec. 3.3, Eq. 4), and the two-level sigmoid loss
+(Eq. 6-8), or FLAIR's flat loss for Table 2's baseline rows."""
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+import torch
+
+from hf_longclip.data.chunking import sample_sub_captions
+from hf_longclip.objectives.fcast import FCASTLoss, FLAIRLoss
+from hf_longclip.training.task import ContrastiveTask
+
+OBJECTIVES = ("fcast", "flair")
+
+
+@dataclass
+class FCASTCollator:
+    """Rows with `image`, `caption` and `captions` -> `FCASTProcessor` inputs with K sub-captions per image
+    (`input_ids` (B, K, 77)), the first `num_chunks` (default: the processor's N) the random chunks of the long
+    caption. A flat-text baseline (N = 1) given `num_chunks=4` trains on the very sub-captions F-CAST sees. Which chunks
+    are drawn depends only on `seed` and the batch's captions (a generator seeded by their digest, as
+    `MultiCaptionCollator` seeds by ids): a resumed run, with or without data-loader workers, draws the same
+    sub-captions as an uninterrupted one, and a reshuffled epoch draws anew."""
+
+    processor: object
+    num_sub_captions: int = 8
+    seed: int = 0
+    num_chunks: int | None = None
+
+    def __post_init__(self):
+        self.num_chunks = self.num_chunks or self.processor.num_chunks
+        if self.num_sub_captions < self.num_chunks:
+            raise ValueError(f"K = {self.num_sub_captions} sub-captions per image is smaller than N = "
+                             f"{self.num_chunks} chunks: the first N are the long caption's")
+
+    def __call__(self, rows: list[dict]) -> dict:
+        key = "\n".join([str(self.seed), *(row["caption"] for row in rows)])
+        rng = random.Random(hashlib.sha256(key.encode()).digest())
+        subs = [sample_sub_captions([row["caption"], *row["captions"][1:]], self.num_chunks, self.num_sub_captions,
+                                    rng) for row in rows]
+        return dict(self.processor(text=subs, images=[row["image"] for row in rows], padding="longest"))
+
+
+class FCASTTask(ContrastiveTask):
+    """An `FCASTModel` trained with the two-level loss (`objective="fcast"`, `FCASTLoss`: L = part_loss_weight L_part
+    + L_whole; weight 0 is Table 5's "F-CAST w/o part alignment") or with FLAIR's flat loss (`objective="flair"`,
+    `FLAIRLoss`: the global image against its sub-captions (and t^long with the hierarchical encoder), one temperature
+    and bias, the whole level's). Batches hold K >= N sub-captions per image (`FCASTCollator`). Parameters the
+    objective does not use are frozen (DDP rejects parameters without gradient). The whole level's logit scale is
+    clamped as CLIP's after every optimizer step."""
+
+    def __init__(self, model: torch.nn.Module, collate_fn, objective: str = "fcast", part_loss_weight: float = 1.0):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
+        if part_loss_weight < 0:
+            raise ValueError(f"part_loss_weight must be >= 0, got {part_loss_weight}")
+        if objective == "flair" and part_loss_weight != 1.0:
+            raise ValueError("part_loss_weight weighs F-CAST's L_part; FLAIR's flat loss has no such weight (keep 1.0)")
+        super().__init__(model, collate_fn, FCASTLoss(part_loss_weight) if objective == "fcast" else FLAIRLoss())
+        self.objective_name, self.part_loss_weight = objective, part_loss_weight
+        if objective == "flair":  # one temperature and bias, the whole level's
+            unused = (model.part_logit_scale, model.part_logit_bias)
+        else:
+            unused = () if part_loss_weight else (model.grounding_pool, model.part_logit_scale, model.part_logit_bias)
+        for module in unused:
+            module.requires_grad_(False)
+
+    def options(self) -> dict:
+        return {"objective": self.objective_name, "part_loss_weight": self.part_loss_weight}
+
+    def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        outputs = model(**batch)
+        sub_embeds = outputs.text_model_output.sub_caption_embeds
+        subs, chunks = sub_embeds.shape[1], self.model.config.text_config.num_chunks
+        if subs < chunks:
+            raise ValueError(f"training needs K >= N sub-captions per image (the first N are the long caption's "
+                             f"chunks), got K = {subs} < N = {chunks}")
+        tokens = self.model.grounding_tokens(outputs.vision_model_output)
+        pool = self.model.grounding_pool
+        if self.objective_name == "flair":  # the global image against its sub-captions (and t^long)
+            long_embeds = outputs.text_embeds if self.model.config.text_config.is_hierarchical else None
+            return self.objective(outputs.image_embeds, sub_embeds, long_embeds, *tokens, pool, outputs.logit_scale,
+                                  outputs.logit_bias)
+        return self.objective(outputs.image_embeds, outputs.text_embeds, sub_embeds, *tokens, pool,
+                              outputs.part_logit_scale, outputs.part_logit_bias, outputs.logit_scale,
+                              outputs.logit_bias)
+
+
+__all__ = ["FCASTCollator", "FCASTTask"]

@@ -1,0 +1,45 @@
+"""HiMo-CLIP's training task: MoLo (Eq. 4) over the global batch, HiDe's in-batch PCA of the text embeddings."""
+
+from collections.abc import Callable
+
+from torch import nn
+
+from hf_longclip.objectives.molo import MoLoLoss
+from hf_longclip.training.task import ContrastiveTask
+
+
+class HiMoCLIPTask(ContrastiveTask):
+    """A HiMo-CLIP (or any dual encoder) trained with `MoLoLoss`; `molo_lambda=0` is plain CLIP training with the
+    global InfoNCE alone (the CLIP-77 / CLIP-248 baselines).
+
+    hide_tau: HiDe's explained-variance threshold tau (Sec. 3.2): m is the smallest number of principal components
+        whose cumulative explained variance reaches it.
+    molo_lambda: weight lambda of the component loss (Eq. 4).
+    hide_scope: "global", HiDe's PCA over the whole gathered batch (the paper's batch of 1024 spans 8 GPUs: the
+        result does not depend on the number of processes), or "local", each process's own batch as the official
+        code does, components gathered afterwards as negatives.
+    label_smoothing: of both InfoNCE cross-entropies (the paper: none; the official code: 0.1).
+    hide_modalities: "text" (the paper's method) or "both", which also decomposes the image embeddings (Table 5's
+        L_comp^{u,v}).
+    molo_global: keep the global term (Eq. 2); False trains on the component loss alone (Table 5's L_comp).
+    """
+
+    def __init__(self, model: nn.Module, collate_fn: Callable, hide_tau: float = 0.9, molo_lambda: float = 1.0,
+                 hide_scope: str = "global", label_smoothing: float = 0.0, hide_modalities: str = "text",
+                 molo_global: bool = True):
+        if not 0.0 < hide_tau <= 1.0:
+            raise ValueError(f"hide_tau must be in (0, 1], got {hide_tau}")
+        if molo_lambda < 0:
+            raise ValueError(f"molo_lambda must be >= 0, got {molo_lambda}")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        super().__init__(model, collate_fn, MoLoLoss(hide_tau, molo_lambda, hide_scope, label_smoothing,
+                                                     hide_modalities, molo_global))
+        self._options = dict(hide_tau=hide_tau, molo_lambda=molo_lambda, hide_scope=hide_scope,
+                             label_smoothing=label_smoothing, hide_modalities=hide_modalities, molo_global=molo_global)
+
+    def options(self) -> dict:
+        return dict(self._options)
+
+
+__all__ = ["HiMoCLIPTask"]
