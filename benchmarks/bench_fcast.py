@@ -25,6 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import CLIPTextConfig, CLIPTextModel
 
 from hf_longclip import FCASTConfig, FCASTModel
+from hf_longclip.models.fcast.task import FCASTTask
 
 TOKENS, CHUNKS = 248, 4
 SUB_CAPTIONS, SUB_TOKENS, IMAGE, PATCH = 8, 77, 224, 16
@@ -49,12 +50,14 @@ def bench_step(args, autocast) -> None:
         "flair": FCASTModel(FCASTConfig(
             text_config=dict(text_config(args), num_hidden_layers=12, num_stage2_layers=0, num_chunks=1),
             vision_config=dict(tower, num_hidden_layers=12, patch_size=PATCH), vision_backbone="vit",
-            objective="flair", projection_dim=args.width, pool_heads=args.heads)),
+            projection_dim=args.width, pool_heads=args.heads)),
         "fcast": FCASTModel(FCASTConfig(
             text_config=dict(text_config(args), num_hidden_layers=8, num_stage2_layers=4, num_chunks=CHUNKS),
             vision_config=dict(tower, num_segments=(IMAGE // PATCH) ** 2), projection_dim=args.width,
             pool_heads=args.heads)),
     }
+    # each model's training objective is its task's (FLAIR's flat loss freezes the part level's scale and bias)
+    tasks = {name: FCASTTask(model, None, objective=name) for name, model in models.items()}
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(3, 1000, (args.batch_size, SUB_CAPTIONS, SUB_TOKENS), generator=generator)
     ids[..., 0], ids[..., -1] = 0, 1
@@ -67,9 +70,9 @@ def bench_step(args, autocast) -> None:
         model.to(args.device).train()
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
 
-        def step(model=model, optimizer=optimizer):
+        def step(model=model, optimizer=optimizer, task=tasks[name]):
             with autocast:
-                loss = model(**inputs, return_loss=True).loss
+                loss = sum(task.compute_loss(model, inputs).values())
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

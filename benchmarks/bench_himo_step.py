@@ -2,7 +2,8 @@
 
     python benchmarks/bench_himo_step.py [--batch-size 256] [--repeats 5]
 
-The only difference between the two is the HiDe PCA and the component InfoNCE (HiMo-CLIP Eq. 1, 3).
+The only difference between the two is the HiDe PCA and the component InfoNCE (HiMo-CLIP Eq. 1, 3): the same model
+trained by `HiMoCLIPTask` with `molo_lambda=1` and with `molo_lambda=0`.
 """
 
 import argparse
@@ -13,11 +14,12 @@ import torch.nn.functional as F
 from common import clip_config, compare, random_batch
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
+from hf_longclip.models.himo_clip.task import HiMoCLIPTask
 from hf_longclip.objectives import MoLoLoss
 
 
-def training_step(model, optimizer, batch) -> None:
-    loss = model(**batch, return_loss=True).loss
+def training_step(task, optimizer, batch) -> None:
+    loss = sum(task.compute_loss(task.model, batch).values())
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -31,16 +33,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     config = clip_config().to_dict()
-    molo = HiMoCLIPModel(HiMoCLIPConfig(**config, molo_lambda=1.0)).train()
-    global_only = copy.deepcopy(molo)
-    global_only.config.molo_lambda = 0.0
+    model = HiMoCLIPModel(HiMoCLIPConfig(**config)).train()
+    tasks = {"molo": HiMoCLIPTask(model, None, molo_lambda=1.0),
+             "global_only": HiMoCLIPTask(copy.deepcopy(model), None, molo_lambda=0.0)}
     batch = random_batch(args.batch_size, args.text_length)
-    optimizers = {m: torch.optim.AdamW(m.parameters(), lr=1e-5) for m in (molo, global_only)}
+    optimizers = {name: torch.optim.AdamW(task.model.parameters(), lr=1e-5) for name, task in tasks.items()}
     times = compare(
-        {
-            "global_only": lambda: training_step(global_only, optimizers[global_only], batch),
-            "molo": lambda: training_step(molo, optimizers[molo], batch),
-        },
+        {name: lambda name=name: training_step(tasks[name], optimizers[name], batch)
+         for name in ("global_only", "molo")},
         repeats=args.repeats,
     )
     print(f"device: cpu ({torch.get_num_threads()} threads), batch {args.batch_size}, {args.text_length} tokens")

@@ -26,8 +26,9 @@ from common import compare, random_batch
 from transformers import CLIPConfig, CLIPModel
 
 from hf_longclip import HiMoCLIPModel, OneLIPModel
+from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+from hf_longclip.models.onelip.task import OneLIPTask
 from hf_longclip.objectives.onelip import trim_scores
-from hf_longclip.training.task import OneLIPTask
 
 VIT_B16 = dict(text_width=512, text_layers=12, text_heads=8, vision_width=768, vision_layers=12, vision_heads=12,
                image_size=224, patch_size=16, projection_dim=512, vocab_size=49408)
@@ -86,8 +87,8 @@ def main() -> None:
 
     torch.manual_seed(0)
     base = CLIPModel(base_config(args)).eval()
-    onelip = OneLIPModel.from_clip(base, max_length=args.text_length, trim_top_k=args.trim_top_k).to(device)
-    clip248 = HiMoCLIPModel.from_clip(base, stretch_positions=True, molo_lambda=0.0).to(device)  # global InfoNCE
+    onelip = OneLIPModel.from_clip(base, max_length=args.text_length).to(device)
+    clip248 = HiMoCLIPModel.from_clip(base, stretch_positions=True).to(device)  # trained with the global InfoNCE
     batch = {k: v.to(device) for k, v in random_batch(args.batch_size, args.text_length, args.vocab_size,
                                                       args.image_size).items()}
     batch["attention_mask"] = torch.ones_like(batch["input_ids"])
@@ -116,7 +117,8 @@ def main() -> None:
     # 2. one training step: OneLIP (teacher + TRIM + 3 losses) against CLIP-248 (global InfoNCE)
     onelip.train()
     clip248.train()
-    task = OneLIPTask(onelip, collate_fn=None, teacher=base)
+    task = OneLIPTask(onelip, collate_fn=None, teacher=base, trim_top_k=args.trim_top_k)
+    clip_task = HiMoCLIPTask(clip248, collate_fn=None, molo_lambda=0.0)  # MoLo without components: CLIP's InfoNCE
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-5)
                   for name, model in (("onelip", onelip), ("clip248", clip248))}
 
@@ -126,7 +128,7 @@ def main() -> None:
 
     def clip_loss():
         with autocast:
-            return clip248(**batch, return_loss=True).loss
+            return sum(clip_task.compute_loss(clip248, batch).values())
 
     def step(name, loss_fn):
         loss_fn().backward()
@@ -146,8 +148,7 @@ def main() -> None:
     image = outputs.image_embeds.float()
 
     def select(decomposition):
-        trim_scores(states, token_embeds, image, valid, onelip.config.trim_rank, onelip.config.trim_alpha,
-                    decomposition)
+        trim_scores(states, token_embeds, image, valid, task.objective.rank, task.objective.alpha, decomposition)
         synchronize()
 
     def svd():  # Eq. 4 as written: a batched SVD of each text's (L x d) token states (what TRIM-Select replaces)
@@ -156,7 +157,7 @@ def main() -> None:
 
     trim = compare({"exact": lambda: select("exact"), "subspace": lambda: select("subspace"), "svd": svd},
                    repeats=args.repeats)
-    used = "exact" if device.type == "cpu" else "subspace"  # the model's default, trim_decomposition="auto"
+    used = "exact" if device.type == "cpu" else "subspace"  # the task's default, trim_decomposition="auto"
     ratio = steps["onelip"] / steps["clip248"]
     print(f"2. training step  CLIP-248 global loss: {steps['clip248'] * 1e3:.1f} ms  OneLIP: "
           f"{steps['onelip'] * 1e3:.1f} ms  ratio OneLIP / CLIP-248: {ratio:.3f}  (goal <= 1.5)")

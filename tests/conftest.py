@@ -37,9 +37,19 @@ def tiny_clip(seed: int = 0) -> CLIPModel:
     return CLIPModel(CLIPConfig(**tiny_sub_configs(77))).eval()
 
 
-def tiny_himo(seed: int = 0, max_positions: int = 248, **kwargs) -> HiMoCLIPModel:
+def tiny_himo(seed: int = 0, max_positions: int = 248, **config_kwargs) -> HiMoCLIPModel:
+    """A tiny HiMo-CLIP; `config_kwargs` are configuration options only (MoLo's options are the task's:
+    `himo_task`)."""
     torch.manual_seed(seed)
-    return HiMoCLIPModel(HiMoCLIPConfig(**tiny_sub_configs(max_positions), **kwargs)).eval()
+    return HiMoCLIPModel(HiMoCLIPConfig(**tiny_sub_configs(max_positions), **config_kwargs)).eval()
+
+
+def himo_task(model, collate_fn=None, **options):
+    """HiMo-CLIP's training task (MoLo) over `model`, with MoLo's / HiDe's `options` (`hide_tau`, `molo_lambda`,
+    `hide_scope`, ...). Its `compute_loss(model, batch)` gives the named terms of MoLo."""
+    from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+
+    return HiMoCLIPTask(model, collate_fn, **options)
 
 
 def tiny_processor(max_length: int = 248) -> HiMoCLIPProcessor:
@@ -149,3 +159,48 @@ def kill_when_written(command: list[str], path, env: dict, cwd, timeout: float =
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert path.exists(), f"the run ended before writing {path}"
+
+
+def check_old_training_options_load(config_class, options: dict, tmp_path, model=None, **config_kwargs) -> None:
+    """Configurations saved by an earlier version carry training options that are now arguments of the model's task:
+    they still load, with one UserWarning (`drop_training_options`) naming them, and the configuration keeps none of
+    them. Checks `config_class(**config_kwargs, **options)`, a config.json holding `options` loaded by
+    `config_class.from_pretrained` and by `AutoConfig.from_pretrained`, and, with `model`, the model saved with such a
+    config.json reloaded by `from_pretrained` (same weights). Without the options, no such warning."""
+    import json
+    import warnings
+
+    from transformers import AutoConfig
+
+    def assert_dropped(load):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loaded = load()
+        dropped = [w for w in caught if "training options" in str(w.message)]
+        assert len(dropped) == 1, [str(w.message) for w in caught]
+        assert issubclass(dropped[0].category, UserWarning)
+        assert all(repr(name) in str(dropped[0].message) for name in options), str(dropped[0].message)
+        config = getattr(loaded, "config", loaded)
+        assert isinstance(config, config_class)
+        assert not any(hasattr(config, name) or name in config.to_dict() for name in options)
+        return loaded
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="ignoring training options")
+        fresh = config_class(**config_kwargs)  # no warning without old options
+    assert_dropped(lambda: config_class(**config_kwargs, **options))
+    directory = tmp_path / "old_config"
+    fresh.save_pretrained(directory)
+    saved = json.loads((directory / "config.json").read_text())
+    assert not set(options) & set(saved)  # what this version writes holds none of them
+    (directory / "config.json").write_text(json.dumps({**saved, **options}))
+    assert_dropped(lambda: config_class.from_pretrained(directory))
+    assert_dropped(lambda: AutoConfig.from_pretrained(directory))
+    if model is not None:
+        model_dir = tmp_path / "old_model"
+        model.save_pretrained(model_dir)
+        config_file = model_dir / "config.json"
+        config_file.write_text(json.dumps({**json.loads(config_file.read_text()), **options}))
+        reloaded = assert_dropped(lambda: type(model).from_pretrained(model_dir))
+        for (name, expected), actual in zip(model.state_dict().items(), reloaded.state_dict().values()):
+            torch.testing.assert_close(actual, expected, msg=name)

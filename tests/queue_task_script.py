@@ -17,14 +17,14 @@ from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.training.loop import LoopArguments, make_accelerator, save_model, train
-from hf_longclip.training.task import ContrastiveTask
+from hf_longclip.models.himo_clip.task import HiMoCLIPTask
 
 QUEUE_SIZE = 24
 
 
-class MemoryQueueTask(ContrastiveTask):
-    """The model's own objective plus an image-to-text InfoNCE whose negatives also include the text embeddings of
-    the last `QUEUE_SIZE` samples, enqueued after each optimizer step."""
+class MemoryQueueTask(HiMoCLIPTask):
+    """HiMo-CLIP's task's objective (MoLo) plus an image-to-text InfoNCE whose negatives also include the text
+    embeddings of the last `QUEUE_SIZE` samples, enqueued after each optimizer step."""
 
     def __init__(self, model, collate_fn):
         super().__init__(model, collate_fn)
@@ -32,12 +32,13 @@ class MemoryQueueTask(ContrastiveTask):
         self.pending = []
 
     def compute_loss(self, model, batch):
-        out = model(**batch, return_loss=True)
+        out = model(**batch)
+        terms = self.objective(out.image_embeds, out.text_embeds, out.logit_scale)
         texts = torch.cat([out.text_embeds, self.queue])
         logits = self.model.logit_scale.exp() * out.image_embeds @ texts.T
         labels = torch.arange(len(out.image_embeds))
         self.pending.append(out.text_embeds.detach())
-        return {**out.loss_terms, "queue_loss": F.cross_entropy(logits, labels)}
+        return {**terms, "queue_loss": F.cross_entropy(logits, labels)}
 
     def after_optimizer_step(self, model, accelerator):
         self.queue = torch.cat([*reversed(self.pending), self.queue])[:QUEUE_SIZE]

@@ -306,7 +306,7 @@ def test_hierarchy_png_is_written(tmp_path):
 def test_superpixels_computed_in_data_loader_workers_match_the_main_process():
     from torch.utils.data import DataLoader
 
-    from hf_longclip.training.classification import ImageClassificationCollator
+    from hf_longclip.models.cast.task import ImageClassificationCollator
 
     image, _ = hand_drawn()
     rows = [{"image": image.rotate(90 * i), "label": i % 3} for i in range(8)]

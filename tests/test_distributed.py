@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
-from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from conftest import CAPTIONS, himo_task, random_images, tiny_himo, tiny_processor
 
 from hf_longclip.modeling_common import contrastive_loss
 from hf_longclip.objectives import hide_components
@@ -27,11 +27,12 @@ def per_rank_step(reference_path: str, scope: str, modalities: str) -> None:
     accelerator = Accelerator(cpu=True)
     assert accelerator.num_processes == WORLD_SIZE
     reference = torch.load(reference_path)
-    model = accelerator.prepare(tiny_himo(seed=0, hide_scope=scope, hide_modalities=modalities))
+    task = himo_task(tiny_himo(seed=0), hide_scope=scope, hide_modalities=modalities)
+    model = accelerator.prepare(task.model)
     model.train()
     rank, n = accelerator.process_index, len(reference["inputs"]["input_ids"]) // WORLD_SIZE
     local = {k: v[rank * n : (rank + 1) * n] for k, v in reference["inputs"].items()}
-    loss = model(**local, return_loss=True).loss
+    loss = sum(task.compute_loss(model, local).values())
     accelerator.backward(loss)  # DDP averages the gradients over processes
     mean_loss = accelerator.reduce(loss.detach(), reduction="mean")
     torch.testing.assert_close(mean_loss, reference["loss"], atol=1e-5, rtol=0)
@@ -41,10 +42,10 @@ def per_rank_step(reference_path: str, scope: str, modalities: str) -> None:
 
 def _reference(scope: str, modalities: str, tmp_path) -> str:
     inputs = _inputs()
-    model = tiny_himo(seed=0, hide_modalities=modalities)
+    model = tiny_himo(seed=0)
     model.train()
     if scope == "global":
-        loss = model(**inputs, return_loss=True).loss
+        loss = sum(himo_task(model, hide_modalities=modalities).compute_loss(model, inputs).values())
     else:  # per-process PCA: components of each half, then contrastive over the whole batch
         out = model(**inputs)
         n = len(inputs["input_ids"]) // WORLD_SIZE

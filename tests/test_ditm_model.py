@@ -7,29 +7,38 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CAPTIONS, random_images, tiny_clip, tiny_himo, tiny_processor, tiny_sub_configs
+from conftest import (
+    CAPTIONS,
+    check_old_training_options_load,
+    random_images,
+    tiny_clip,
+    tiny_himo,
+    tiny_processor,
+    tiny_sub_configs,
+)
 from test_remote_code import FRESH_PROCESS_PRELUDE, _load_in_fresh_process
 
 from hf_longclip import DITMConfig, DITMModel, DITMProcessor
-from hf_longclip.data.collate import MultiCaptionCollator
+from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.export import model_bundle
+from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator
 from hf_longclip.objectives import DITMLoss
 from hf_longclip.training.loop import LoopArguments, train
-from hf_longclip.training.task import DITMTask
 
 REPO = Path(__file__).resolve().parents[1]
 
 FRESH_PROCESS_DITM = FRESH_PROCESS_PRELUDE + """
 with torch.no_grad():
-    out = model(**inputs, descriptiveness=torch.linspace(0, 1, len(captions)), return_loss=True)
+    out = model(**inputs, return_loss=True)
 torch.save({"text": out.text_embeds, "image": out.image_embeds, "loss": out.loss,
             "classes": [type(model).__module__, type(processor).__module__]}, output)
 """
 
 
-def tiny_ditm(seed: int = 0, **kwargs) -> DITMModel:
+def tiny_ditm(seed: int = 0, **config_kwargs) -> DITMModel:
+    """A tiny DITM; `config_kwargs` are configuration options only (tau and lambda are `DITMTask`'s)."""
     torch.manual_seed(seed)
-    return DITMModel(DITMConfig(**tiny_sub_configs(248), **kwargs)).eval()
+    return DITMModel(DITMConfig(**tiny_sub_configs(248), **config_kwargs)).eval()
 
 
 def ditm_processor() -> DITMProcessor:
@@ -57,6 +66,7 @@ def test_from_clip_keeps_clip_text_features_and_pools_projected_tokens_with_gpo(
 
 def test_several_texts_per_image_encode_each_image_once_with_the_same_loss():
     model = tiny_ditm()
+    task = DITMTask(model, None)
     processor = ditm_processor()
     images, captions = random_images(2), CAPTIONS[:4]
     descriptiveness = torch.tensor([0.2, 0.9, 0.4, 0.7])
@@ -64,22 +74,51 @@ def test_several_texts_per_image_encode_each_image_once_with_the_same_loss():
     once = processor(text=captions, images=images)
     repeated = processor(text=captions, images=[images[i] for i in index])
     with torch.no_grad():
-        out = model(**once, descriptiveness=descriptiveness, image_ids=index + 10, text_image_index=index,
-                    return_loss=True)
-        reference = model(**repeated, return_loss=True, descriptiveness=descriptiveness, image_ids=index + 10)
-    assert set(out.loss_terms) == {"triplet_loss", "order_loss"}
+        out = model(**once)
+        terms = task.compute_loss(model, {**once, "descriptiveness": descriptiveness, "image_ids": index + 10,
+                                          "text_image_index": index})
+        reference = model(**repeated)
+        reference_terms = task.compute_loss(model, {**repeated, "descriptiveness": descriptiveness,
+                                                    "image_ids": index + 10, "text_image_index": torch.arange(4)})
+    assert set(terms) == {"triplet_loss", "order_loss"}
     assert out.image_embeds.shape[0] == 2 and out.logits_per_image.shape == (2, 4)
-    for term in out.loss_terms:
-        torch.testing.assert_close(out.loss_terms[term], reference.loss_terms[term])
-    # by hand: the objective on the repeated embeddings
+    for term in terms:
+        torch.testing.assert_close(terms[term], reference_terms[term])
+    # by hand: the objective (the task's defaults, tau 6 and lambda 0.07) on the repeated embeddings
     direct = DITMLoss(6.0, 0.07)(reference.image_embeds, reference.text_embeds, index + 10, descriptiveness)
-    torch.testing.assert_close(out.loss, sum(direct.values()))
+    torch.testing.assert_close(sum(terms.values()), sum(direct.values()))
 
 
-def test_loss_without_descriptiveness_is_a_clear_error():
-    inputs = ditm_processor()(text=CAPTIONS[:2], images=random_images(2))
-    with pytest.raises(ValueError, match="descriptiveness"):
-        tiny_ditm()(**inputs, return_loss=True)
+def test_forward_loss_is_clip_infonce_and_the_task_loss_without_descriptiveness_is_a_clear_error():
+    model, processor = tiny_ditm(), ditm_processor()
+    inputs = processor(text=CAPTIONS[:2], images=random_images(2))
+    with torch.no_grad():
+        out = model(**inputs, return_loss=True)  # the model's own loss needs no descriptiveness
+    labels = torch.arange(2)
+    expected = (torch.nn.functional.cross_entropy(out.logits_per_text, labels)
+                + torch.nn.functional.cross_entropy(out.logits_per_image, labels)) / 2
+    torch.testing.assert_close(out.loss, expected)
+    with pytest.raises(ValueError, match="descriptiveness"):  # e.g. a batch of ImageTextCollator's
+        DITMTask(model, ImageTextCollator(processor)).compute_loss(model, inputs)
+
+
+def test_task_options_defaults_and_validation():
+    model = tiny_ditm()
+    assert not hasattr(model, "objective") and not hasattr(model.config, "order_weight")
+    task = DITMTask(model, None)
+    assert task.options() == {"margin_scale": 6.0, "order_weight": 0.07, "warmup_steps": 0}
+    assert (task.objective.tau, task.objective.order_weight) == (6.0, 0.07)
+    task = DITMTask(model, None, margin_scale=4.0, order_weight=0.0, warmup_steps=3)
+    assert task.options() == {"margin_scale": 4.0, "order_weight": 0.0, "warmup_steps": 3}
+    assert (task.objective.tau, task.objective.order_weight) == (4.0, 0.0)
+    for bad in (dict(order_weight=-0.1), dict(margin_scale=0.0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            DITMTask(model, None, **bad)
+
+
+def test_configs_saved_with_the_objectives_options_still_load(tmp_path):
+    check_old_training_options_load(DITMConfig, dict(margin_scale=4.0, order_weight=0.0), tmp_path,
+                                    model=tiny_ditm(seed=1))
 
 
 def test_logit_scale_is_frozen_and_only_gpo_is_new_in_from_clip():
@@ -88,7 +127,7 @@ def test_logit_scale_is_frozen_and_only_gpo_is_new_in_from_clip():
 
 
 def test_checkpoint_loads_without_the_library_and_ships_the_generated_bundle(tmp_path):
-    model, processor = tiny_ditm(order_weight=0.0), ditm_processor()  # one caption per image: no ordering pairs
+    model, processor = tiny_ditm(), ditm_processor()
     path = tmp_path / "ckpt"
     model.save_pretrained(path)
     processor.save_pretrained(path)
@@ -101,7 +140,7 @@ def test_checkpoint_loads_without_the_library_and_ships_the_generated_bundle(tmp
         image.save(path / f"image{i}.png")
     inputs = processor(text=CAPTIONS[:3], images=images)
     with torch.no_grad():
-        expected = model(**inputs, descriptiveness=torch.linspace(0, 1, 3), return_loss=True)
+        expected = model(**inputs, return_loss=True)
     loaded = _load_in_fresh_process(path, CAPTIONS[:3], tmp_path, FRESH_PROCESS_DITM)
     assert all(module.startswith("transformers_modules.") for module in loaded["classes"])
     torch.testing.assert_close(loaded["text"], expected.text_embeds, atol=1e-6, rtol=1e-6)
@@ -157,7 +196,7 @@ class RowList(torch.utils.data.Dataset):
 
 def test_warm_up_freezes_the_vision_transformer_and_sums_all_negatives_then_mines_the_hardest(accelerator, tmp_path):
     model = tiny_ditm().train()
-    task = DITMTask(model, MultiCaptionCollator(ditm_processor(), 2), DITMLoss(), warmup_steps=2)
+    task = DITMTask(model, MultiCaptionCollator(ditm_processor(), 2), warmup_steps=2)
     vision = {name: p.detach().clone() for name, p in model.named_parameters() if name.startswith("vision_model.")}
     others = {name: p.detach().clone() for name, p in model.named_parameters()
               if name.startswith(("image_pooler.", "visual_projection.", "text_projection."))}
@@ -170,7 +209,7 @@ def test_warm_up_freezes_the_vision_transformer_and_sums_all_negatives_then_mine
     assert task.state_dict() == {"steps_done": 2} and task.objective.hardest_negatives is False
     # a resumed run (fresh model, task state restored) is past the warm-up: hardest negatives, vision trains
     fresh = tiny_ditm().train()
-    resumed = DITMTask(fresh, task.collate_fn, DITMLoss(), warmup_steps=2)
+    resumed = DITMTask(fresh, task.collate_fn, warmup_steps=2)
     resumed.load_state_dict(task.state_dict())
     assert not resumed.warming_up
     resumed.compute_loss(fresh, task.collate_fn(scene_rows(4)))
@@ -181,7 +220,7 @@ def test_warm_up_freezes_the_vision_transformer_and_sums_all_negatives_then_mine
 def test_ditm_objective_trains_himo_clip_backbone(accelerator, tmp_path):
     model = tiny_himo().train()
     processor = tiny_processor()
-    task = DITMTask(model, MultiCaptionCollator(processor, 3), DITMLoss(order_weight=0.07))
+    task = DITMTask(model, MultiCaptionCollator(processor, 3), order_weight=0.07)
     args = LoopArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4, warmup_steps=0,
                          logging_steps=1, learning_rate=1e-3)
     before = model.text_model.final_layer_norm.weight.detach().clone()
@@ -210,7 +249,7 @@ def test_lora_trains_only_adapters_with_the_ditm_task_and_merges(accelerator, tm
     model = tiny_ditm().train()
     base = {name: p.detach().clone() for name, p in model.named_parameters()}
     peft_model = apply_lora(model, LoraArguments(lora_r=4, lora_target_modules="q_proj,v_proj"))
-    task = DITMTask(peft_model, MultiCaptionCollator(ditm_processor(), 2), DITMLoss())
+    task = DITMTask(peft_model, MultiCaptionCollator(ditm_processor(), 2))
     args = LoopArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, warmup_steps=0,
                          learning_rate=1e-2)
     trained, _ = train(task, RowList(scene_rows(8)), args, accelerator, run_name="lora")
@@ -224,13 +263,15 @@ def test_lora_trains_only_adapters_with_the_ditm_task_and_merges(accelerator, tm
 
 
 def test_model_card_renders_the_table_iv_metrics(tmp_path):
-    from hf_longclip.models.ditm import DITM_CARD
+    from hf_longclip.models.ditm.card import CARD as DITM_CARD
     from hf_longclip.training.hub import build_model_card
 
     results = {"i2t_r1": 41.5, "t2i_r1": 30.25, "rsum": 350.0, "precision": 0.5, "recall": 0.625, "d_corr": 0.4,
                "d_corr_image": 0.3}
-    card = str(build_model_card(REPO / "model_cards" / "ditm.md", repo_id="org/ditm-tiny", info=DITM_CARD,
-                                results=results, config=tiny_ditm().config, training_args={"variant": "adaptive"}))
+    model = tiny_ditm()
+    config = {**model.config.to_dict(), **DITMTask(model, None).options()}  # as `publish` merges them
+    card = str(build_model_card(DITM_CARD.template, repo_id="org/ditm-tiny", info=DITM_CARD,
+                                results=results, config=config, training_args={"variant": "adaptive"}))
     assert "model-index" in card and "value: 41.5" in card and "| d_corr (image) | 0.3" in card
     assert "| R@1 I2T | 41.5" in card and "| tau / lambda | 6.0 / 0.07 |" in card
     assert "# ditm-tiny" in card and "DITM (Jang et al." in card

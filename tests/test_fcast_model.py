@@ -1,4 +1,4 @@
-"""F-CAST's model and two-level loss: Eq. 7-8 against a direct transcription (loops over images, captions and
+"""F-CAST's model and its task's two-level loss: Eq. 7-8 against a direct transcription (loops over images, captions and
 sub-captions), FLAIR's pair construction, Sec. 4.1's initial temperatures and biases, the hierarchical text encoder
 (chunks packed into one batch, stage 2 over the first N), grounding maps, clear errors, and 2-process DDP equal to
 one process on the concatenated batch; the Table 2 baselines (ViT, CLIP's flat text encoder, FLAIR's flat loss
@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import check_old_training_options_load
 from PIL import Image
 
 from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
 from hf_longclip.models.fcast import FCASTTextConfig
+from hf_longclip.models.fcast.task import FCASTTask
 from hf_longclip.data.chunking import balanced_chunks
 from hf_longclip.data.tokenizer import train_scene_tokenizer
 from hf_longclip.objectives import part_level_queries
@@ -30,7 +32,7 @@ CAPTIONS = [
 ]
 
 
-TABLE2 = {  # name: (vision_backbone, hierarchical text encoder, objective), FLAIR to F-CAST
+TABLE2 = {  # name: (vision_backbone, hierarchical text encoder, the task's objective), FLAIR to F-CAST
     "flair": ("vit", False, "flair"), "flair-cast": ("cast", False, "flair"), "flair-cast-hier": ("cast", True, "flair"),
     "fcast": ("cast", True, "fcast"),
 }
@@ -42,7 +44,7 @@ def tiny_processor(num_chunks: int = 4) -> FCASTProcessor:
 
 
 def tiny_config(row: str = "fcast", **overrides) -> FCASTConfig:
-    """A tiny configuration of one of Table 2's rows."""
+    """A tiny configuration of one of Table 2's rows (its objective is the task's: `fcast_task`)."""
     backbone, hierarchical, objective = TABLE2[row]
     tokenizer = tiny_processor().tokenizer
     text = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_attention_heads=4,
@@ -53,13 +55,18 @@ def tiny_config(row: str = "fcast", **overrides) -> FCASTConfig:
     vision = (dict(tower, num_hidden_layers=2, patch_size=8) if backbone == "vit" else
               dict(tower, num_segments=16, depths=[1, 1, 1], num_clusters=[6, 3]))
     defaults = {"text_config": text, "vision_config": vision, "projection_dim": 16, "pool_heads": 2,
-                "vision_backbone": backbone, "objective": objective, "grounding_stage": 2 if objective == "flair" else 1}
+                "vision_backbone": backbone, "grounding_stage": 2 if objective == "flair" else 1}
     return FCASTConfig(**{**defaults, **overrides})
 
 
 def tiny_fcast(seed: int = 0, row: str = "fcast", **overrides) -> FCASTModel:
     torch.manual_seed(seed)
     return FCASTModel(tiny_config(row, **overrides))
+
+
+def fcast_task(model: FCASTModel, row: str = "fcast", **options) -> FCASTTask:
+    """The training task of one of Table 2's rows over `model` (F-CAST's two-level loss or FLAIR's flat loss)."""
+    return FCASTTask(model, None, objective=TABLE2[row][2], **options)
 
 
 def random_images(n: int) -> list[Image.Image]:
@@ -137,13 +144,14 @@ def transcribed_flair_loss(model: FCASTModel, inputs: dict) -> dict:
 @pytest.mark.parametrize("row", ["flair", "flair-cast", "flair-cast-hier"])
 def test_flair_loss_matches_its_released_formula(row):
     model = tiny_fcast(row=row).eval()
+    task = fcast_task(model, row)
     inputs = training_inputs(row=row)
-    out = model(**inputs, return_loss=True)
+    terms = task.compute_loss(model, inputs)
     expected = transcribed_flair_loss(model, inputs)
-    assert set(out.loss_terms) == set(expected)
+    assert set(terms) == set(expected)
     for name, value in expected.items():
-        torch.testing.assert_close(out.loss_terms[name], value.reshape(()), atol=1e-5, rtol=1e-5)
-    out.loss.backward()  # FLAIR has one scale and bias: F-CAST's part-level pair is frozen, every other one trains
+        torch.testing.assert_close(terms[name], value.reshape(()), atol=1e-5, rtol=1e-5)
+    sum(terms.values()).backward()  # FLAIR has one scale and bias: F-CAST's part-level pair is frozen, all else trains
     frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
     missing = [name for name, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.any())]
     assert frozen == {"part_logit_scale", "part_logit_bias"} and missing == []
@@ -171,30 +179,46 @@ def test_table2_checkpoints_reload(tmp_path):
         assert type(reloaded.config.vision_config).__name__ == ("CLIPVisionConfig" if row == "flair" else "CASTVisionConfig")
         with torch.no_grad():
             torch.testing.assert_close(reloaded(**inputs, return_loss=True).loss, model(**inputs, return_loss=True).loss)
+            expected = fcast_task(model, row).compute_loss(model, inputs)
+            for name, value in fcast_task(reloaded, row).compute_loss(reloaded, inputs).items():
+                torch.testing.assert_close(value, expected[name])
 
 
 def test_two_level_loss_matches_the_transcribed_equations():
     model = tiny_fcast().eval()
     inputs = training_inputs()
-    out = model(**inputs, return_loss=True)
+    terms = fcast_task(model).compute_loss(model, inputs)
     expected = transcribed_loss(model, inputs)
-    assert set(out.loss_terms) == {"part_loss", "whole_loss"}
+    assert set(terms) == {"part_loss", "whole_loss"}
     for name, value in expected.items():
-        torch.testing.assert_close(out.loss_terms[name], value.reshape(()), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(out.loss, (expected["part_loss"] + expected["whole_loss"]).reshape(()))
+        torch.testing.assert_close(terms[name], value.reshape(()), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(sum(terms.values()), (expected["part_loss"] + expected["whole_loss"]).reshape(()))
+    # the model's own loss is the whole level's sigmoid loss over the batch's long captions (Eq. 8)
+    torch.testing.assert_close(model(**inputs, return_loss=True).loss, expected["whole_loss"].reshape(()),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_without_part_alignment_only_the_whole_term():
-    model = tiny_fcast(part_loss_weight=0.0).eval()
+    model = tiny_fcast().eval()
+    task = fcast_task(model, part_loss_weight=0.0)
     inputs = training_inputs()
-    out = model(**inputs, return_loss=True)
-    assert set(out.loss_terms) == {"whole_loss"}
-    torch.testing.assert_close(out.loss_terms["whole_loss"], transcribed_loss(model, inputs)["whole_loss"].reshape(()))
-    out.loss.backward()  # the part level's parameters are frozen, every other one trains (as DDP requires)
+    terms = task.compute_loss(model, inputs)
+    assert set(terms) == {"whole_loss"}
+    torch.testing.assert_close(terms["whole_loss"], transcribed_loss(model, inputs)["whole_loss"].reshape(()))
+    sum(terms.values()).backward()  # the part level's parameters are frozen, every other one trains (as DDP requires)
     unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
     frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
     assert unused == [] and frozen == {"part_logit_scale", "part_logit_bias", *(
         f"grounding_pool.{name}" for name, _ in model.grounding_pool.named_parameters())}
+
+
+def test_task_options_and_configs_saved_with_them_still_load(tmp_path):
+    model = tiny_fcast()
+    assert not hasattr(model, "objective") and not hasattr(model.config, "part_loss_weight")
+    assert fcast_task(model).options() == {"objective": "fcast", "part_loss_weight": 1.0}
+    assert all(p.requires_grad for p in model.parameters())  # F-CAST with L_part trains every parameter
+    assert fcast_task(tiny_fcast(row="flair"), "flair").options() == {"objective": "flair", "part_loss_weight": 1.0}
+    check_old_training_options_load(FCASTConfig, dict(objective="flair", part_loss_weight=0.5), tmp_path, model=model)
 
 
 def test_flair_pairs_grow_as_b_times_b_plus_k():
@@ -275,8 +299,8 @@ def test_bad_input_is_named():
     model = tiny_fcast()
     inputs = training_inputs()
     with pytest.raises(ValueError, match="K >= N .* K = 3 < N = 4"):
-        model(**{**inputs, "input_ids": inputs["input_ids"][:, :3], "attention_mask": inputs["attention_mask"][:, :3]},
-              return_loss=True)
+        fcast_task(model).compute_loss(
+            model, {**inputs, "input_ids": inputs["input_ids"][:, :3], "attention_mask": inputs["attention_mask"][:, :3]})
     with pytest.raises(ValueError, match="superpixels"):
         model(**{k: v for k, v in inputs.items() if k != "superpixels"})
     with pytest.raises(ValueError, match="exceed stage 1's context of 16 tokens"):
@@ -286,9 +310,11 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="vision_backbone must be one of"):
         tiny_config(vision_backbone="resnet")
     with pytest.raises(ValueError, match="objective must be one of"):
-        tiny_config(objective="clip")
+        FCASTTask(model, None, objective="clip")
     with pytest.raises(ValueError, match="FLAIR's flat loss has no such weight"):
-        tiny_config("flair", part_loss_weight=0.0)
+        fcast_task(tiny_fcast(row="flair"), "flair", part_loss_weight=0.0)
+    with pytest.raises(ValueError, match="part_loss_weight must be >= 0"):
+        fcast_task(model, part_loss_weight=-1.0)
     with pytest.raises(ValueError, match="needs a CLIPVisionConfig, got CASTVisionConfig"):
         tiny_config("fcast", vision_backbone="vit", vision_config=tiny_config().vision_config)
     with pytest.raises(ValueError, match="flat text encoder .* num_chunks must be 1, got 4"):
@@ -297,7 +323,7 @@ def test_bad_input_is_named():
 
 def test_training_step_reaches_every_parameter():
     model = tiny_fcast().train()
-    model(**training_inputs(), return_loss=True).loss.backward()
+    sum(fcast_task(model).compute_loss(model, training_inputs()).values()).backward()
     missing = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum()]
     assert missing == []
 
@@ -312,7 +338,8 @@ def test_lora_trains_adapters_and_merges_into_an_ordinary_checkpoint(tmp_path):
     # both stages of the text encoder and CAST get adapters
     assert any("text_model" in n for n in trainable) and any("text_stage2" in n for n in trainable)
     assert any("vision_model" in n for n in trainable)
-    peft_model(**inputs, return_loss=True).loss.backward()
+    sum(fcast_task(peft_model).compute_loss(peft_model, inputs).values()).backward()
+    assert all(p.grad is not None for name, p in peft_model.named_parameters() if p.requires_grad)
     with torch.no_grad():
         for name, param in peft_model.named_parameters():
             if "lora_B" in name:
@@ -326,12 +353,13 @@ def test_lora_trains_adapters_and_merges_into_an_ordinary_checkpoint(tmp_path):
 
 
 def test_model_card_renders_the_checkpoints_facts():
-    from hf_longclip.models.fcast import FCAST_CARD
+    from hf_longclip.models.fcast.card import CARD as FCAST_CARD
     from hf_longclip.training.hub import build_model_card
 
-    template = Path(__file__).resolve().parents[1] / "model_cards" / "fcast.md"
+    template = FCAST_CARD.template
     for weight, phrase in ((1.0, "L = L_part + L_whole"), (0.0, "ablation without part-level alignment")):
-        config = tiny_fcast(part_loss_weight=weight).config
+        model = tiny_fcast()
+        config = {**model.config.to_dict(), **fcast_task(model, part_loss_weight=weight).options()}  # as `publish`
         card = str(build_model_card(template, repo_id="org/fcast-tiny", info=FCAST_CARD, config=config,
                                     results={"r1_i2t": 40.0, "pointing_game": 55.5}))
         assert phrase in card and "16 -> 6 -> 3 segments" in card and "N = 4 chunks" in card
@@ -347,13 +375,15 @@ def per_rank_step(reference_path: str) -> None:
     accelerator = Accelerator(cpu=True)
     assert accelerator.num_processes == WORLD_SIZE
     reference = torch.load(reference_path)
-    model = accelerator.prepare(tiny_fcast(seed=0, row=reference["row"]))
+    task = fcast_task(tiny_fcast(seed=0, row=reference["row"]), reference["row"])
+    model = accelerator.prepare(task.model)
     model.eval()  # CAST's stem has BatchNorm: eval mode keeps its statistics out of the per-process batch
     rank, n = accelerator.process_index, len(reference["inputs"]["input_ids"]) // WORLD_SIZE
     local = {k: v[rank * n : (rank + 1) * n] for k, v in reference["inputs"].items()}
-    out = model(**local, return_loss=True)
-    accelerator.backward(out.loss)  # DDP averages the gradients
-    for name, value in out.loss_terms.items():
+    terms = task.compute_loss(model, local)
+    assert terms.keys() == reference["terms"].keys()
+    accelerator.backward(sum(terms.values()))  # DDP averages the gradients
+    for name, value in terms.items():
         mean = accelerator.reduce(value.detach(), reduction="mean")
         torch.testing.assert_close(mean, reference["terms"][name], atol=1e-5, rtol=1e-5)
     trained = {name: p for name, p in accelerator.unwrap_model(model).named_parameters() if p.requires_grad}
@@ -367,10 +397,10 @@ def per_rank_step(reference_path: str) -> None:
 def test_two_processes_equal_one_process_on_the_concatenated_batch(row, tmp_path):
     inputs = training_inputs(row=row)
     model = tiny_fcast(seed=0, row=row).eval()
-    out = model(**inputs, return_loss=True)
-    out.loss.backward()
+    terms = fcast_task(model, row).compute_loss(model, inputs)
+    sum(terms.values()).backward()
     path = tmp_path / "reference.pt"
-    torch.save({"row": row, "inputs": inputs, "terms": {k: v.detach() for k, v in out.loss_terms.items()},
+    torch.save({"row": row, "inputs": inputs, "terms": {k: v.detach() for k, v in terms.items()},
                 "grads": {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad}}, path)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD_SIZE),
                "--master_port", str(29700 + os.getpid() % 1000), __file__, str(path)]

@@ -1,21 +1,26 @@
 """transformers' common model tests (`ModelTesterMixin`, `ConfigTester` of the installed transformers) for
 `FCASTModel`, reusing `DualEncoderCommonTests` (its skips and reasons) with a model tester whose inputs are F-CAST's:
 texts as (batch, chunks, tokens) with the end-of-text token in every chunk, pixel values and superpixel label maps
-(some ids without pixels: padding). `FLAIRModelTest` runs them again on FLAIR's row of Table 2 (a ViT, CLIP's flat text
-encoder, FLAIR's flat loss). `FCASTUsageTest` runs in any case: tuple outputs, torch.compile without graph
+(some ids without pixels: padding); the training objective is the task's (`FCASTTask`). `FLAIRModelTest` runs them
+again on FLAIR's row of Table 2 (a ViT, CLIP's flat text encoder; the task's FLAIR flat loss). `FCASTUsageTest` runs in any case: tuple outputs, torch.compile without graph
 breaks, and the clear error for a chunk without its end-of-text token."""
 
+import json
 import tempfile
 import unittest
+from unittest import mock
 
 import pytest
 import torch
+import torch.nn.functional as F
 from test_modeling_common import UNAVAILABLE, DualEncoderCommonTests, seed_test_inputs
 from transformers import CLIPVisionConfig
 from transformers.testing_utils import require_torch, torch_device
 
 from hf_longclip import CASTVisionConfig, FCASTConfig, FCASTModel
 from hf_longclip.models.fcast import FCASTTextConfig
+from hf_longclip.models.fcast.task import FCASTTask
+from hf_longclip.training.task import save_options, saved_options
 
 if UNAVAILABLE is None:
     from test_modeling_common import ConfigTester
@@ -23,6 +28,7 @@ if UNAVAILABLE is None:
 
 class FCASTModelTester:
     loss_terms = {"part_loss", "whole_loss"}
+    task_options = dict(objective="fcast", part_loss_weight=0.5)
     vision_config_class = CASTVisionConfig
 
     def __init__(self, parent, batch_size=7, chunks=5, seq_length=7, vocab_size=99, eos_token_id=98, image_size=32,
@@ -65,19 +71,40 @@ class FCASTModelTester:
         self.parent.assertEqual(result.logits_per_image.shape, (self.batch_size, self.batch_size))
         self.parent.assertEqual(result.text_model_output.sub_caption_embeds.shape, (self.batch_size, self.chunks, 16))
 
+    def make_task(self, model) -> FCASTTask:
+        return FCASTTask(model, None, **self.task_options)
+
     def create_and_check_model_with_loss(self, config, inputs):
         model = FCASTModel(config).to(torch_device).train()
         result = model(**inputs, return_loss=True)
-        self.parent.assertEqual(set(result.loss_terms), self.loss_terms)
+        # The model's own loss: the whole level's sigmoid loss over the local batch (image i matching caption i).
+        signs = 2 * torch.eye(self.batch_size, device=torch_device) - 1
+        expected = -F.logsigmoid(signs * result.logits_per_text).sum() / self.batch_size
+        torch.testing.assert_close(result.loss, expected)
+        torch.testing.assert_close(result.logits_per_text, result.logit_scale * result.text_embeds @ result.image_embeds.T
+                                   + result.logit_bias)
+        torch.testing.assert_close(result.logit_scale, model.logit_scale.exp())
+        torch.testing.assert_close(result.part_logit_scale, model.part_logit_scale.exp())
+        torch.testing.assert_close(result.part_logit_bias, model.part_logit_bias)
         self.parent.assertTrue(torch.isfinite(result.loss))
         result.loss.backward()
         self.parent.assertTrue(all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None))
+        # The training objective: the task's named terms.
+        model.zero_grad()
+        terms = self.make_task(model).compute_loss(model, inputs)
+        self.parent.assertEqual(set(terms), self.loss_terms)
+        loss = sum(terms.values())
+        self.parent.assertTrue(torch.isfinite(loss))
+        loss.backward()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        self.parent.assertTrue(grads and all(torch.isfinite(grad).all() for grad in grads))
 
 
 class FLAIRModelTester(FCASTModelTester):
     """FLAIR's row of Table 2 as an `FCASTModel`: transformers' CLIP ViT, the flat text encoder, FLAIR's loss."""
 
     loss_terms = {"text_conditioned_loss", "multi_positive_loss"}
+    task_options = dict(objective="flair", part_loss_weight=1.0)
     vision_config_class = CLIPVisionConfig
 
     def get_config(self) -> FCASTConfig:
@@ -86,8 +113,20 @@ class FLAIRModelTester(FCASTModelTester):
                     bos_token_id=0, pad_token_id=1, eos_token_id=self.eos_token_id)
         vision = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37, image_size=self.image_size,
                       patch_size=8, num_hidden_layers=2)
-        return FCASTConfig(text_config=text, vision_config=vision, vision_backbone="vit", objective="flair",
-                           projection_dim=16, pool_heads=2)
+        return FCASTConfig(text_config=text, vision_config=vision, vision_backbone="vit", projection_dim=16,
+                           pool_heads=2)
+
+
+class FCASTModelWithFrozenPartLevel(FCASTModel):
+    """FCASTModel with the part level (the text-grounded pooling, the part temperature and bias) frozen at
+    construction, which transformers' gradient-checkpointing tests then skip as intentionally frozen: they serve the
+    task's objective (Eq. 6-7, FLAIR's text-conditioned loss) alone, not the model's own loss (the whole level's
+    sigmoid loss), so no gradient of `forward(return_loss=True)` reaches them."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        for module in (self.grounding_pool, self.part_logit_scale, self.part_logit_bias):
+            module.requires_grad_(False)
 
 
 @require_torch
@@ -102,14 +141,53 @@ class FCASTModelTest(DualEncoderCommonTests, unittest.TestCase):
         seed_test_inputs()
         self.model_tester = FCASTModelTester(self)
         self.config_tester = ConfigTester(self, config_class=FCASTConfig, has_text_modality=False,
-                                          common_properties=["projection_dim", "pool_heads", "part_loss_weight"],
-                                          pool_heads=4, part_loss_weight=0.5, grounding_stage=0)
+                                          common_properties=["projection_dim", "pool_heads", "grounding_stage"],
+                                          pool_heads=4, grounding_stage=0)
 
     def test_model(self):
         self.model_tester.create_and_check_model(*self.model_tester.prepare_config_and_inputs())
 
     def test_model_with_loss(self):
         self.model_tester.create_and_check_model_with_loss(*self.model_tester.prepare_config_and_inputs())
+
+    def check_training_gradient_checkpointing(self, gradient_checkpointing_kwargs=None):
+        """transformers' check on the model's own loss, every parameter but the part level's (see
+        `FCASTModelWithFrozenPartLevel`); `test_task_loss_reaches_what_it_trains_under_gradient_checkpointing` checks
+        the task's loss, which trains them."""
+        with mock.patch.object(self, "all_model_classes", (FCASTModelWithFrozenPartLevel,)):
+            super().check_training_gradient_checkpointing(gradient_checkpointing_kwargs)
+
+    def test_task_loss_reaches_what_it_trains_under_gradient_checkpointing(self):
+        """Every parameter the task leaves trainable gets a gradient from its loss; F-CAST's two-level loss trains
+        the part level, FLAIR's flat loss the grounding pool but not the part temperature and bias (frozen)."""
+        config, inputs = self.model_tester.prepare_config_and_inputs()
+        torch.manual_seed(0)
+        model = FCASTModel(config).to(torch_device).train()
+        task = self.model_tester.make_task(model)
+        model.activation_checkpointing_enable()
+        loss = sum(task.compute_loss(model, inputs).values())
+        loss.backward()
+        self.assertTrue(torch.isfinite(loss))
+        missing = [name for name, param in model.named_parameters() if param.requires_grad and param.grad is None]
+        self.assertEqual(missing, [])
+        self.assertTrue(all(param.grad.abs().sum() > 0 for param in model.grounding_pool.parameters()))
+        part_level_trained = task.options()["objective"] == "fcast"
+        self.assertEqual(model.part_logit_scale.requires_grad, part_level_trained)
+        self.assertEqual(model.part_logit_bias.requires_grad, part_level_trained)
+
+    def test_task_options_saved_beside_the_checkpoint(self):
+        """The objective and L_part's weight are the task's options, not the configuration's: `save_options` writes
+        them beside the checkpoint and `saved_options` reads them back from the loaded model."""
+        config, _ = self.model_tester.prepare_config_and_inputs()
+        model = FCASTModel(config)
+        task = self.model_tester.make_task(model)
+        self.assertEqual(task.options(), self.model_tester.task_options)
+        self.assertFalse(hasattr(config, "objective") or hasattr(config, "part_loss_weight"))
+        with tempfile.TemporaryDirectory() as tmp_dir_name:
+            model.save_pretrained(tmp_dir_name)
+            save_options(task, tmp_dir_name)
+            self.assertEqual(saved_options(FCASTModel.from_pretrained(tmp_dir_name)),
+                             json.loads(json.dumps(task.options())))
 
     def test_load_vision_text_config(self):
         config, _ = self.model_tester.prepare_config_and_inputs()

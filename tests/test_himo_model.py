@@ -1,9 +1,18 @@
-"""HiMoCLIPModel: MoLo loss (Eq. 2-4), CLIP parity, Long-CLIP position stretching and from_clip."""
+"""HiMoCLIPModel and its task: MoLo loss (Eq. 2-4), CLIP parity, Long-CLIP position stretching and from_clip."""
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CAPTIONS, molo_loss, random_images, tiny_clip, tiny_himo, tiny_processor
+from conftest import (
+    CAPTIONS,
+    check_old_training_options_load,
+    himo_task,
+    molo_loss,
+    random_images,
+    tiny_clip,
+    tiny_himo,
+    tiny_processor,
+)
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
 from hf_longclip.modeling_common import stretch_position_embeddings
@@ -87,22 +96,31 @@ def test_component_loss_changes_the_loss():
 
 
 def test_parity_with_transformers_clip_at_77_positions_and_lambda_zero(batch):
+    """The model's forward (its loss is CLIP's local InfoNCE) and the task's MoLo at lambda 0 both equal CLIP's."""
     clip = tiny_clip()
-    himo = HiMoCLIPModel.from_clip(clip, stretch_positions=False, molo_lambda=0.0).eval()
+    himo = HiMoCLIPModel.from_clip(clip, stretch_positions=False).eval()
     with torch.no_grad():
         expected = clip(**batch, return_loss=True)
         actual = himo(**batch, return_loss=True)
+        terms = himo_task(himo, molo_lambda=0.0).compute_loss(himo, batch)
     for name in ("loss", "logits_per_image", "logits_per_text", "text_embeds", "image_embeds"):
         torch.testing.assert_close(getattr(actual, name), getattr(expected, name), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(actual.logit_scale, clip.logit_scale.exp().reshape(1))
+    assert set(terms) == {"global_loss"}  # lambda 0: no component term
+    torch.testing.assert_close(terms["global_loss"], expected.loss, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(himo.get_text_features(batch["input_ids"]).pooler_output,
                                clip.get_text_features(batch["input_ids"]).pooler_output)
 
 
-def test_gradients_match_transformers_clip_at_lambda_zero(batch):
+@pytest.mark.parametrize("through", ["task", "forward"])
+def test_gradients_match_transformers_clip_at_lambda_zero(batch, through):
     clip = tiny_clip()
-    himo = HiMoCLIPModel.from_clip(clip, stretch_positions=False, molo_lambda=0.0)
+    himo = HiMoCLIPModel.from_clip(clip, stretch_positions=False)
     clip(**batch, return_loss=True).loss.backward()
-    himo(**batch, return_loss=True).loss.backward()
+    if through == "task":  # what training back-propagates: MoLo at lambda 0
+        sum(himo_task(himo, molo_lambda=0.0).compute_loss(himo, batch).values()).backward()
+    else:
+        himo(**batch, return_loss=True).loss.backward()
     for (name, p_clip), p_himo in zip(clip.named_parameters(), himo.parameters()):
         torch.testing.assert_close(p_himo.grad.reshape(p_clip.grad.shape), p_clip.grad, atol=1e-5, rtol=1e-4,
                                    msg=name)
@@ -129,7 +147,8 @@ def test_from_clip_keeps_short_texts_unchanged(tmp_path):
     for source in (clip, str(tmp_path / "clip")):  # in memory and from a local directory
         himo = HiMoCLIPModel.from_clip(source).eval()
         assert himo.config.text_config.max_position_embeddings == 248
-        assert himo.config.hide_tau == 0.9 and himo.config.molo_lambda == 1.0
+        assert not hasattr(himo.config, "hide_tau") and not hasattr(himo.config, "molo_lambda")
+        assert (himo_task(himo).options()["hide_tau"], himo_task(himo).options()["molo_lambda"]) == (0.9, 1.0)
         with torch.no_grad():
             torch.testing.assert_close(himo.get_text_features(**short).pooler_output,
                                        clip.get_text_features(**short).pooler_output)
@@ -143,23 +162,42 @@ def test_long_texts_run_at_248_tokens():
     assert long["input_ids"].shape == (2, 248)
     with torch.no_grad():
         out = himo(**long, return_loss=True)
+        terms = himo_task(himo).compute_loss(himo, long)
     assert torch.isfinite(out.loss) and out.logits_per_image.shape == (2, 2)
+    assert set(terms) == {"global_loss", "component_loss"} and torch.isfinite(sum(terms.values()))
 
 
-def test_config_defaults_and_validation():
+def test_config_defaults_and_task_options_validation():
     config = HiMoCLIPConfig()
     assert config.text_config.max_position_embeddings == 248
-    assert (config.hide_tau, config.molo_lambda, config.hide_scope) == (0.9, 1.0, "global")
-    assert (config.hide_modalities, config.molo_global) == ("text", True)
-    for bad in (dict(hide_tau=0.0), dict(hide_tau=1.5), dict(molo_lambda=-1.0), dict(hide_scope="batch"),
-                dict(hide_modalities="image"), dict(molo_global=False, molo_lambda=0.0)):
-        with pytest.raises(ValueError, match=next(iter(bad))):
-            HiMoCLIPConfig(**bad)
-    model = HiMoCLIPModel(HiMoCLIPConfig(hide_modalities="both", molo_global=False, text_config=dict(
+    assert not any(hasattr(config, name) for name in ("hide_tau", "molo_lambda", "hide_scope", "label_smoothing",
+                                                       "hide_modalities", "molo_global"))
+    model = HiMoCLIPModel(HiMoCLIPConfig(text_config=dict(
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2), vision_config=dict(
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=32,
         patch_size=16), projection_dim=8))
-    assert (model.objective.modalities, model.objective.use_global) == ("both", False)
+    assert not hasattr(model, "objective")  # the model holds no objective: its task does
+    assert himo_task(model).options() == dict(hide_tau=0.9, molo_lambda=1.0, hide_scope="global", label_smoothing=0.0,
+                                              hide_modalities="text", molo_global=True)
+    task = himo_task(model, hide_modalities="both", molo_global=False)
+    assert (task.objective.modalities, task.objective.use_global) == ("both", False)
+    assert (task.options()["hide_modalities"], task.options()["molo_global"]) == ("both", False)
+
+
+@pytest.mark.parametrize("bad", [dict(hide_tau=0.0), dict(hide_tau=1.5), dict(molo_lambda=-1.0),
+                                 dict(hide_scope="batch"), dict(hide_modalities="image"),
+                                 dict(molo_global=False, molo_lambda=0.0), dict(label_smoothing=1.0)],
+                         ids=lambda bad: "-".join(f"{k}={v}" for k, v in bad.items()))
+def test_task_rejects_bad_options_naming_them(bad):
+    """Each bad option is a ValueError that names the task's argument (as the configuration's check did)."""
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        himo_task(tiny_himo(), **bad)
+
+
+def test_configs_saved_with_molo_options_still_load(tmp_path):
+    check_old_training_options_load(
+        HiMoCLIPConfig, dict(hide_tau=0.8, molo_lambda=0.5, hide_scope="local", label_smoothing=0.1,
+                             hide_modalities="both", molo_global=False), tmp_path, model=tiny_himo(seed=2))
 
 
 def test_bad_inputs_raise_clear_errors(batch):

@@ -23,18 +23,19 @@ from pathlib import Path
 import httpx2
 import pytest
 import torch
-from conftest import CAPTIONS, tiny_himo, tiny_processor
+from conftest import CAPTIONS, himo_task, tiny_himo, tiny_processor
 from fake_hub import FakeHub
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 from test_remote_code import _save_checkpoint
 
 import hf_longclip.training.hub as hub_module
-from hf_longclip.models.himo_clip import HIMO_CLIP_CARD
+from hf_longclip.models.himo_clip.card import CARD as HIMO_CLIP_CARD
 from hf_longclip.training.hub import _with_retries, build_model_card, is_transient
+from hf_longclip.training.task import OPTIONS_FILE, save_options
 
 REPO = Path(__file__).resolve().parents[1]
-TEMPLATE = REPO / "model_cards" / "himo_clip.md"
+TEMPLATE = HIMO_CLIP_CARD.template
 TOKEN = "hf_fake_write_token"
 RESULTS = {"r1_i2t": 20.3, "r1_t2i": 22.7, "himo@2": 97.5, "himo@3": 93.4, "himo@k": 0.881,
            "mean_similarity_by_prefix": [0.21, 0.24, 0.26]}  # a list, as evaluate_long_captions returns: left out
@@ -171,12 +172,15 @@ def worker(hub, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """A saved tiny HiMo-CLIP (weights, config, code, processor files, 4 images) and its outputs before pushing."""
+    """A saved tiny HiMo-CLIP (weights, config, code, processor files, its task's training options, 4 images) and its
+    outputs before pushing; its card renders the config merged with the training options, as `recipe.publish` does."""
     path = tmp_path_factory.mktemp("run") / "himo-clip"
     model = tiny_himo()
     expected = _save_checkpoint(model, tiny_processor(), CAPTIONS, path)
+    save_options(himo_task(model), path)  # as `recipe.train_variants` does beside each trained checkpoint
+    config = {**json.loads((path / "config.json").read_text()), **json.loads((path / OPTIONS_FILE).read_text())}
     card = build_model_card(TEMPLATE, repo_id="org/himo-tiny", info=HIMO_CLIP_CARD, results=RESULTS,
-                            config=model.config,
+                            config=config,
                             training_args=TRAINING_ARGS, base_model=None, datasets=[],
                             dataset_name="synthetic scenes")
     return {"path": path, "expected": expected, "card": card, "digest": folder_digest(path)}
@@ -354,3 +358,17 @@ def test_is_transient_classifies_errors():
     with pytest.raises(HfHubHTTPError):
         _with_retries("forbidden", forbidden, max_retries=3, backoff=0, max_backoff=0)
     assert len(calls) == 1
+
+
+def test_every_model_folder_has_its_card_beside_it():
+    """Each model's card info is `hf_longclip.models.<arch>.card.CARD`, with its Jinja template `model_card.md` beside
+    it (shipped as package data)."""
+    import importlib
+
+    from hf_longclip.models import MODEL_FOLDERS
+
+    for folder in MODEL_FOLDERS:
+        card = importlib.import_module(f"hf_longclip.models.{folder}.card").CARD
+        assert card.template == REPO / "src" / "hf_longclip" / "models" / folder / "model_card.md", folder
+        assert card.template.is_file() and "{{ card_data }}" in card.template.read_text(), folder
+        assert card.tags and card.metric_names, folder

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from conftest import CAPTIONS, himo_task, random_images, tiny_himo, tiny_processor
 from peft import AutoPeftModel, PeftModel
 from safetensors.torch import load_file
 from test_remote_code import _load_in_fresh_process, _save_checkpoint
@@ -15,7 +15,6 @@ from hf_longclip import HiMoCLIPModel
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.training.loop import LoopArguments, train
 from hf_longclip.training.lora import LoraArguments, apply_lora, count_parameters, merge_lora
-from hf_longclip.training.task import ContrastiveTask
 
 POSITIONS = "text_model.embeddings.position_embedding"
 # Merged weights W + s B A and the unmerged x W^T + s (x A^T) B^T differ by float32 rounding only (measured ~2e-7).
@@ -25,9 +24,10 @@ MERGE_TOLERANCE = dict(atol=1e-5, rtol=1e-5)
 def _outputs(model, inputs: dict) -> dict:
     with torch.no_grad():
         out = model(**inputs, return_loss=True)
+        objective = sum(himo_task(model).compute_loss(model, inputs).values())  # what training minimises (MoLo)
         text = model.get_text_features(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
         image = model.get_image_features(pixel_values=inputs["pixel_values"])
-    return {"loss": out.loss, "text_embeds": out.text_embeds, "image_embeds": out.image_embeds,
+    return {"loss": out.loss, "objective": objective, "text_embeds": out.text_embeds, "image_embeds": out.image_embeds,
             "logits": out.logits_per_image, "text_features": text.pooler_output, "image_features": image.pooler_output}
 
 
@@ -65,7 +65,7 @@ def test_only_lora_parameters_train_and_base_weights_stay_bit_identical(batch, a
     rows = [{"image": image, "caption": caption} for image, caption in zip(random_images(len(CAPTIONS)), CAPTIONS)]
     args = LoopArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=len(rows),
                              learning_rate=1e-2, warmup_steps=0, logging_steps=1)
-    prepared, history = train(ContrastiveTask(peft_model, ImageTextCollator(processor)), rows, args, accelerator)
+    prepared, history = train(himo_task(peft_model, ImageTextCollator(processor)), rows, args, accelerator)
     trained = accelerator.unwrap_model(prepared)
     assert trained is peft_model and [h["step"] for h in history] == [1, 2, 3]
     assert all(record["logit_scale"] == pytest.approx(peft_model.logit_scale.exp().item()) for record in history)
@@ -74,7 +74,8 @@ def test_only_lora_parameters_train_and_base_weights_stay_bit_identical(batch, a
     after = _outputs(trained, batch)
     assert (after["text_embeds"] - expected_before["text_embeds"]).abs().max() > 1e-3
     assert (after["image_embeds"] - expected_before["image_embeds"]).abs().max() > 1e-3
-    assert after["loss"] < expected_before["loss"]  # training batch == this batch
+    assert after["objective"] < expected_before["objective"]  # training batch == this batch
+    assert after["loss"] < expected_before["loss"]
     base_state = {_base_name(name): tensor for name, tensor in trained.state_dict().items() if ".lora_" not in name}
     assert base_state.keys() == before.keys()
     for name, tensor in before.items():

@@ -14,17 +14,21 @@ real checkpoints, not CLIP's legacy `eos_token_id=2`) at its last attended posit
 """
 
 import copy
+import json
 import tempfile
 import unittest
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import CLIPTextConfig, CLIPVisionConfig
 from transformers.testing_utils import require_torch, torch_device
 from transformers_common import CommonTestsUnavailable, common_tests
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
+from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+from hf_longclip.training.task import save_options, saved_options
 
 try:
     modeling_common, configuration_common = common_tests()
@@ -199,15 +203,15 @@ class DualEncoderVisionModelTester:
 
 class DualEncoderModelTester:
     """Config and inputs of a dual-encoder model: `config_class(text_config, vision_config, projection_dim,
-    **config_kwargs)`, plus `extra_inputs(batch_size)`: the model's own training inputs (e.g. DITM's image ids and
-    descriptiveness), added to the inputs of the common tests."""
+    **config_kwargs)`. The model's training objective is its task's: `parent.make_task(model)` builds it and
+    `parent.task_inputs(batch_size)` gives the fields its batches carry beyond the model's inputs (e.g. DITM's image
+    ids and descriptiveness); neither is an input of the model, so the common tests never see them."""
 
-    def __init__(self, parent, config_class, model_class, config_kwargs=None, extra_inputs=None, text_kwargs=None,
-                 vision_kwargs=None, is_training=True):
+    def __init__(self, parent, config_class, model_class, config_kwargs=None, text_kwargs=None, vision_kwargs=None,
+                 is_training=True):
         self.parent = parent
         self.config_class, self.model_class = config_class, model_class
         self.config_kwargs = config_kwargs or {}
-        self.extra_inputs = extra_inputs or (lambda batch_size: {})
         self.text_model_tester = DualEncoderTextModelTester(parent, **(text_kwargs or {}))
         self.vision_model_tester = DualEncoderVisionModelTester(parent, **(vision_kwargs or {}))
         self.batch_size = self.text_model_tester.batch_size  # need bs for batching_equivalence test
@@ -239,13 +243,28 @@ class DualEncoderModelTester:
 
     def create_and_check_model_with_loss(self, config, input_ids, attention_mask, pixel_values):
         model = self.model_class(config).to(torch_device).train()
-        result = model(input_ids, pixel_values, attention_mask, return_loss=True,
-                       **self.extra_inputs(input_ids.shape[0]))
+        result = model(input_ids, pixel_values, attention_mask, return_loss=True)
+        # The model's own loss: CLIP's symmetric InfoNCE over the local batch, text i matching image i.
+        labels = torch.arange(input_ids.shape[0], device=torch_device)
+        expected = (F.cross_entropy(result.logits_per_text, labels) + F.cross_entropy(result.logits_per_image, labels)) / 2
         self.parent.assertEqual(result.loss.shape, ())
         self.parent.assertTrue(torch.isfinite(result.loss))
-        self.parent.assertEqual(set(result.loss_terms), set(self.parent.loss_terms))
+        torch.testing.assert_close(result.loss, expected)
+        torch.testing.assert_close(result.logit_scale, model.logit_scale.exp())
         result.loss.backward()
         self.parent.assertTrue(all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None))
+        # The training objective: the model's task over the model's inputs and the task's own fields.
+        model.zero_grad()
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "pixel_values": pixel_values,
+                 **self.parent.task_inputs(input_ids.shape[0])}
+        terms = self.parent.make_task(model).compute_loss(model, batch)
+        self.parent.assertEqual(set(terms), set(self.parent.loss_terms))
+        loss = sum(terms.values())
+        self.parent.assertEqual(loss.shape, ())
+        self.parent.assertTrue(torch.isfinite(loss))
+        loss.backward()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        self.parent.assertTrue(grads and all(torch.isfinite(grad).all() for grad in grads))
 
     def prepare_config_and_inputs_for_common(self):
         config, input_ids, attention_mask, pixel_values = self.prepare_config_and_inputs()
@@ -254,17 +273,18 @@ class DualEncoderModelTester:
             "attention_mask": attention_mask,
             "pixel_values": pixel_values,
             "return_loss": True,
-            **self.extra_inputs(input_ids.shape[0]),
         }
         return config, inputs_dict
 
 
 class DualEncoderCommonTests(ModelTesterMixin):
     """transformers' common model tests for one dual-encoder model. A subclass (also a `unittest.TestCase`) sets
-    `all_model_classes = (Model,)`, `config_class`, `loss_terms` (the names `forward(return_loss=True)` returns),
-    `config_overrides` (the model's own options, checked to round-trip by `ConfigTester`), `text_config_class` where
-    its text configuration is not CLIP's and, where its training forward needs more than CLIP's inputs,
-    `config_kwargs` and `extra_inputs`."""
+    `all_model_classes = (Model,)`, `config_class`, `config_overrides` (the model's own configuration options,
+    checked to round-trip by `ConfigTester`), `text_config_class` where its text configuration is not CLIP's,
+    `config_kwargs` where needed, and its training task: `make_task(model)` (the model's task with `task_options`),
+    `task_options` (non-default options of the task, checked in its `options()` and saved beside a checkpoint),
+    `loss_terms` (the names the task's `compute_loss` returns) and, where its batches carry more than the model's
+    inputs, `task_inputs(batch_size)`."""
 
     additional_model_inputs = ["pixel_values"]
     test_resize_embeddings = False
@@ -274,13 +294,18 @@ class DualEncoderCommonTests(ModelTesterMixin):
     loss_terms = ()
     config_overrides = {}
     config_kwargs = {}
-    extra_inputs = None
+    task_options = {}
+
+    def make_task(self, model):
+        raise NotImplementedError
+
+    def task_inputs(self, batch_size: int) -> dict:
+        return {}
 
     def setUp(self):
         seed_test_inputs()
-        extra_inputs = type(self).extra_inputs
         self.model_tester = DualEncoderModelTester(self, self.config_class, self.all_model_classes[0],
-                                                   self.config_kwargs, extra_inputs)
+                                                   self.config_kwargs)
         self.config_tester = ConfigTester(
             self,
             config_class=self.config_class,
@@ -299,6 +324,23 @@ class DualEncoderCommonTests(ModelTesterMixin):
     def test_model_with_loss(self):
         config_and_inputs = self.model_tester.prepare_config_and_inputs()
         self.model_tester.create_and_check_model_with_loss(*config_and_inputs)
+
+    def test_task_options_saved_beside_the_checkpoint(self):
+        """The task's options (not the configuration) are what a trained checkpoint records: `save_options` writes
+        them beside it and `saved_options` reads them back from the loaded model."""
+        config, _ = self.model_tester.prepare_config_and_inputs_for_common()
+        model = self.model_tester.model_class(config)
+        task = self.make_task(model)
+        options = task.options()
+        self.assertEqual({key: options[key] for key in self.task_options}, self.task_options)
+        for name in options:
+            self.assertFalse(hasattr(config, name), name)
+        with tempfile.TemporaryDirectory() as tmp_dir_name:
+            model.save_pretrained(tmp_dir_name)
+            self.assertEqual(saved_options(self.model_tester.model_class.from_pretrained(tmp_dir_name)), {})
+            save_options(task, tmp_dir_name)
+            reloaded = self.model_tester.model_class.from_pretrained(tmp_dir_name)
+            self.assertEqual(saved_options(reloaded), json.loads(json.dumps(options)))
 
     # The skips below are transformers' CLIPModelTest's, with its reasons (tests/models/clip/test_modeling_clip.py; the
     # sdist does not ship tests/models/, so they were read from transformers' repository).
@@ -353,8 +395,11 @@ class HiMoCLIPModelTest(DualEncoderCommonTests, unittest.TestCase):
     all_model_classes = (HiMoCLIPModel,)
     config_class = HiMoCLIPConfig
     loss_terms = ("global_loss", "component_loss")
-    # HiMo's own options round-trip through JSON and save/load like CLIP's.
-    config_overrides = dict(hide_tau=0.8, molo_lambda=0.5, hide_scope="local", label_smoothing=0.1)
+    # MoLo's options are the task's (HiMoCLIPConfig has none of its own beyond CLIP's).
+    task_options = dict(hide_tau=0.8, molo_lambda=0.5, hide_scope="local", label_smoothing=0.1)
+
+    def make_task(self, model):
+        return HiMoCLIPTask(model, None, **self.task_options)
 
 
 class DualEncoderUsageTests:

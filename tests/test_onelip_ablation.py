@@ -7,9 +7,11 @@ import torch
 import torch.nn.functional as F
 from conftest import CAPTIONS, random_images, tiny_clip
 
-from hf_longclip import OneLIPConfig, OneLIPModel
+from hf_longclip import OneLIPModel
 from hf_longclip.evaluation import late_difference_pairs, pair_recall_at_1, recall_at_1_by_text
-from hf_longclip.objectives.onelip import OneLIPLoss, TRIMRefine, pooled_distillation_loss, trim_scores
+from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
+from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip.objectives.onelip import OneLIPLoss, pooled_distillation_loss, trim_scores
 
 
 def test_trim_importance_equals_the_svd_formula_of_eq_4():
@@ -48,19 +50,19 @@ def test_pooled_ablation_replaces_trim_by_mean_pooled_distillation():
     with pytest.raises(ValueError, match="distillation"):
         OneLIPLoss(distillation="mean")
     with pytest.raises(ValueError, match="token_distillation"):
-        OneLIPConfig(token_distillation="mean")
+        OneLIPTask(OneLIPModel.from_clip(tiny_clip()), None, teacher=tiny_clip(), token_distillation="mean")
 
 
-def test_pooled_model_freezes_the_unused_trim_queries_and_trains():
+def test_pooled_task_freezes_the_unused_trim_queries_and_trains():
     from test_onelip_training import _processor
 
     from hf_longclip.data.collate import ImageTextCollator
-    from hf_longclip.training.task import OneLIPTask
 
     clip = tiny_clip()
-    model = OneLIPModel.from_clip(clip, token_distillation="pooled")
-    assert not model.trim_refine.queries.requires_grad
-    task = OneLIPTask(model, ImageTextCollator(_processor()), teacher=clip)
+    model = OneLIPModel.from_clip(clip)
+    assert model.trim_refine.queries.requires_grad  # the model alone: TRIM's task trains them
+    task = OneLIPTask(model, ImageTextCollator(_processor()), teacher=clip, token_distillation="pooled")
+    assert not model.trim_refine.queries.requires_grad and task.options()["token_distillation"] == "pooled"
     batch = task.collate_fn([{"image": image, "caption": caption}
                              for image, caption in zip(random_images(4), CAPTIONS)])
     sum(task.compute_loss(model, batch).values()).backward()

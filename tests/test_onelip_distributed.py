@@ -12,7 +12,7 @@ from conftest import CAPTIONS, random_images, tiny_clip
 
 from hf_longclip import OneLIPModel
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.training.task import OneLIPTask
+from hf_longclip.models.onelip.task import OneLIPTask
 
 WORLD_SIZE = 2
 
@@ -21,7 +21,7 @@ def _task() -> OneLIPTask:
     from test_onelip_training import _processor
 
     clip = tiny_clip()
-    return OneLIPTask(OneLIPModel.from_clip(clip, trim_top_k=20), ImageTextCollator(_processor()), teacher=clip)
+    return OneLIPTask(OneLIPModel.from_clip(clip), ImageTextCollator(_processor()), teacher=clip, trim_top_k=20)
 
 
 def per_rank_step(reference_path: str) -> None:

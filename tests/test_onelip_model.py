@@ -1,17 +1,19 @@
 """OneLIPModel: NTK-scaled RoPE (Eq. 2, Sec. 4.1) against transformers and a hand formula, RoPE attention against an
-independent complex rotation, any max_length, from_clip, causality, save/load."""
+independent complex rotation, any max_length, from_clip, causality, save/load; the task's TRIM options and configurations saved with them."""
 
 import math
 
 import pytest
 import torch
-from conftest import CAPTIONS, random_images, tiny_clip, tiny_processor
+from conftest import CAPTIONS, check_old_training_options_load, random_images, tiny_clip, tiny_processor
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from hf_longclip import OneLIPConfig, OneLIPModel, OneLIPProcessor
 from hf_longclip.models.onelip import OneLIPTextConfig, OneLIPTextModel
 from hf_longclip.models.onelip.modeling_onelip import OneLIPAttention, inverse_frequencies
+from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip.training.task import save_options, saved_options
 
 LONG_TEXT = " ".join(CAPTIONS * 6)  # about 1,000 character tokens
 
@@ -134,14 +136,18 @@ def test_from_clip_copies_every_clip_weight_but_the_position_table(tmp_path):
 
 
 def test_save_and_reload_give_the_same_model(tmp_path):
-    model = OneLIPModel.from_clip(tiny_clip(), max_length=512, trim_top_k=50, trim_rank=4).eval()
+    clip = tiny_clip()
+    model = OneLIPModel.from_clip(clip, max_length=512).eval()
+    task = OneLIPTask(model, None, teacher=clip, trim_top_k=50, trim_rank=4)
     processor = OneLIPProcessor(image_processor=tiny_processor().image_processor,
                                 tokenizer=tiny_processor().tokenizer, max_length=512)
     model.save_pretrained(tmp_path)
     processor.save_pretrained(tmp_path)
+    save_options(task, tmp_path)  # TRIM's options are the task's, saved beside the checkpoint
     reloaded = OneLIPModel.from_pretrained(tmp_path).eval()
     assert OneLIPProcessor.from_pretrained(tmp_path).max_length == 512
-    assert (reloaded.config.trim_top_k, reloaded.config.trim_rank) == (50, 4)
+    assert (saved_options(reloaded)["trim_top_k"], saved_options(reloaded)["trim_rank"]) == (50, 4)
+    assert not hasattr(reloaded.config, "trim_top_k")
     torch.testing.assert_close(reloaded.text_model.rotary.inv_freq, model.text_model.rotary.inv_freq, rtol=0, atol=0)
     inputs = processor(text=CAPTIONS, images=random_images(4))
     with torch.no_grad():
@@ -149,13 +155,40 @@ def test_save_and_reload_give_the_same_model(tmp_path):
 
 
 def test_config_validation():
-    for bad, name in ((dict(trim_alpha=1.5), "trim_alpha"), (dict(trim_top_k=0), "trim_top_k"),
-                      (dict(trim_rank=0), "trim_rank"), (dict(token_weight=-1.0), "token_weight"),
-                      (dict(weight_switch_step=-1), "weight_switch_step"),
-                      (dict(text_config=dict(hidden_size=12, num_attention_heads=4)), "head dimension"),
+    for bad, name in ((dict(text_config=dict(hidden_size=12, num_attention_heads=4)), "head dimension"),
                       (dict(text_config=dict(rope_gamma=0.5)), "rope_gamma")):
         with pytest.raises(ValueError, match=name):
             OneLIPConfig(**bad)
+
+
+@pytest.mark.parametrize("bad, name", [
+    (dict(trim_alpha=1.5), "trim_alpha"), (dict(trim_top_k=0), "trim_top_k"), (dict(trim_rank=0), "trim_rank"),
+    (dict(weights=(0.2, -1.0, 0.7)), "weights"), (dict(weights_after=(0.05, 0.25, -0.7)), "weights"),
+    (dict(weight_switch_step=-1), "weight_switch_step"),
+], ids=["trim_alpha", "trim_top_k", "trim_rank", "weights", "weights_after", "weight_switch_step"])
+def test_task_option_validation(bad, name):
+    """TRIM's and Eq. 10's options are the task's: each bad one is a ValueError naming it (token_distillation:
+    tests/test_onelip_ablation.py)."""
+    clip = tiny_clip()
+    with pytest.raises(ValueError, match=name):
+        OneLIPTask(OneLIPModel.from_clip(clip), None, teacher=clip, **bad)
+
+
+def test_task_option_defaults_follow_section_4_1():
+    clip = tiny_clip()
+    model = OneLIPModel.from_clip(clip)
+    assert not hasattr(model, "objective")
+    options = OneLIPTask(model, None, teacher=clip).options()
+    assert options == {"trim_alpha": 0.5, "trim_top_k": 100, "trim_rank": 8, "trim_decomposition": "auto",
+                       "weights": (0.2, 0.1, 0.7), "weights_after": (0.05, 0.25, 0.7), "weight_switch_step": 5000,
+                       "token_distillation": "trim", "hard_negatives": None}
+
+
+def test_configs_saved_with_trim_options_still_load(tmp_path):
+    options = dict(trim_alpha=0.3, trim_top_k=50, trim_rank=4, trim_decomposition="exact", coarse_weight=0.1,
+                   token_weight=0.2, contrastive_weight=0.7, coarse_weight_after=0.05, token_weight_after=0.25,
+                   contrastive_weight_after=0.7, weight_switch_step=10, token_distillation="pooled")
+    check_old_training_options_load(OneLIPConfig, options, tmp_path, model=OneLIPModel.from_clip(tiny_clip()))
 
 
 def test_text_encoder_stands_alone(tmp_path):

@@ -8,10 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import CAPTIONS, random_images, tiny_clip, tiny_processor
+from transformers import CLIPTextConfig, CLIPTextModel
 
 from hf_longclip import OneLIPModel
-from hf_longclip.models.onelip.modeling_onelip import text_token_mask
-from hf_longclip.objectives import OneLIPLoss, TRIMRefine, trim_scores, trim_select
+from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
+from hf_longclip.models.onelip.task import OneLIPTask, text_token_mask
+from hf_longclip.objectives import OneLIPLoss, trim_scores, trim_select
 from hf_longclip.objectives.onelip import coarse_loss, token_wise_loss, top_right_singular_vectors
 
 
@@ -193,7 +195,8 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="non-empty"):
         objective(**{k: v[:0] if v.ndim else v for k, v in inputs.items()}, refine=refine)
 
-    model = OneLIPModel.from_clip(tiny_clip())
+    clip = tiny_clip()
+    model = OneLIPModel.from_clip(clip)
     batch = dict(tiny_processor()(text=CAPTIONS, images=random_images(4), padding="longest"))
     no_end = batch["input_ids"].clone()
     no_end[no_end == 1] = 5
@@ -201,10 +204,18 @@ def test_bad_inputs_raise_clear_errors():
         model.get_text_features(no_end)
     with pytest.raises(ValueError, match="end-of-text"):
         model(**{**batch, "input_ids": no_end})
-    with pytest.raises(ValueError, match="teacher_hidden_states"):
-        model(**batch, return_loss=True)
-    teacher = torch.randn(4, batch["input_ids"].shape[1], 32)
+    with pytest.raises(ValueError, match="end-of-text"):
+        OneLIPTask(model, None, teacher=clip).compute_loss(model, {**batch, "input_ids": no_end})
+    # Eq. 10 distils from the teacher, which the task holds: the model's own loss needs none (CLIP's InfoNCE)
+    with torch.no_grad():
+        out = model(**batch, return_loss=True)
+    labels = torch.arange(4)
+    torch.testing.assert_close(out.loss, (F.cross_entropy(out.logits_per_text, labels)
+                                          + F.cross_entropy(out.logits_per_image, labels)) / 2)
+    empty = {k: v[:0] for k, v in batch.items()}
     with pytest.raises(ValueError, match="non-empty"):
-        model(**{k: v[:0] for k, v in batch.items()}, return_loss=True, teacher_hidden_states=teacher[:0])
+        model(**empty, return_loss=True)
+    narrow = CLIPTextModel(CLIPTextConfig(vocab_size=80, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                          num_attention_heads=2, bos_token_id=0, eos_token_id=1, pad_token_id=1))
     with pytest.raises(ValueError, match="width 16 differs"):
-        model(**batch, return_loss=True, teacher_hidden_states=teacher[..., :16])
+        OneLIPTask(model, None, teacher=narrow).compute_loss(model, batch)

@@ -12,7 +12,7 @@ from hf_longclip import OneLIPModel, OneLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.training.loop import LoopArguments, save_model, train
 from hf_longclip.training.lora import LoraArguments, apply_lora, merge_lora
-from hf_longclip.training.task import OneLIPTask
+from hf_longclip.models.onelip.task import OneLIPTask
 
 TERMS = {"coarse_loss", "token_loss", "contrastive_loss"}
 
@@ -34,8 +34,8 @@ def _args(tmp_path, steps: int = 3) -> LoopArguments:
 
 def test_teacher_is_untouched_unoptimised_and_unsaved(accelerator, tmp_path):
     clip = tiny_clip()
-    model = OneLIPModel.from_clip(clip, trim_top_k=20)
-    task = OneLIPTask(model, ImageTextCollator(_processor()), teacher=clip)
+    model = OneLIPModel.from_clip(clip)
+    task = OneLIPTask(model, ImageTextCollator(_processor()), teacher=clip, trim_top_k=20)
     teacher_before = {k: v.clone() for k, v in task.teacher.state_dict().items()}
     student_before = {k: v.clone() for k, v in model.state_dict().items()}
     assert all(not p.requires_grad for p in task.teacher.parameters())
@@ -66,8 +66,8 @@ def test_teacher_is_untouched_unoptimised_and_unsaved(accelerator, tmp_path):
 
 def test_loss_weights_follow_the_task_step_and_resume_with_it():
     clip = tiny_clip()
-    model = OneLIPModel.from_clip(clip, weight_switch_step=2).eval()
-    task = OneLIPTask(model, ImageTextCollator(_processor()), teacher=clip.text_model)
+    model = OneLIPModel.from_clip(clip).eval()
+    task = OneLIPTask(model, ImageTextCollator(_processor()), teacher=clip.text_model, weight_switch_step=2)
     batch = task.collate_fn(_rows())
     with torch.no_grad():
         first = task.compute_loss(model, batch)
@@ -81,12 +81,12 @@ def test_loss_weights_follow_the_task_step_and_resume_with_it():
 
 def test_lora_trains_adapters_only_and_merges(accelerator, tmp_path):
     clip = tiny_clip()
-    model = OneLIPModel.from_clip(clip, trim_top_k=20)
+    model = OneLIPModel.from_clip(clip)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     peft_model = apply_lora(model, LoraArguments(lora_r=4, lora_modules_to_save="trim_refine"))
     trainable = [name for name, p in peft_model.named_parameters() if p.requires_grad]
     assert trainable and all(".lora_" in name or "modules_to_save" in name for name in trainable)
-    task = OneLIPTask(peft_model, ImageTextCollator(_processor()), teacher=clip)
+    task = OneLIPTask(peft_model, ImageTextCollator(_processor()), teacher=clip, trim_top_k=20)
     prepared, history = train(task, _rows(), _args(tmp_path, steps=2), accelerator)
     assert TERMS <= set(history[-1])
     trained = accelerator.unwrap_model(prepared)

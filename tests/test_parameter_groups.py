@@ -7,9 +7,9 @@ from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
 from transformers import HfArgumentParser, get_cosine_schedule_with_warmup
 
 from hf_longclip.data.collate import ImageTextCollator
+from hf_longclip.models.himo_clip.task import HiMoCLIPTask
 from hf_longclip.training.loop import LoopArguments, _parameter_groups, parse_lr_multipliers, train
 from hf_longclip.training.lora import LoraArguments, apply_lora
-from hf_longclip.training.task import ContrastiveTask
 
 BASE_LR = 1e-3
 
@@ -191,7 +191,7 @@ def test_train_uses_the_multipliers(accelerator, tmp_path, monkeypatch):
         seen.append(self)
 
     monkeypatch.setattr(torch.optim.AdamW, "__init__", spy)
-    _, history = train(ContrastiveTask(model, ImageTextCollator(processor)), rows, args, accelerator)
+    _, history = train(HiMoCLIPTask(model, ImageTextCollator(processor)), rows, args, accelerator)
     assert [h["step"] for h in history] == [1, 2]
     (optimizer,) = seen
     by_param = {id(p): g["initial_lr"] for g in optimizer.param_groups for p in g["params"]}

@@ -14,8 +14,7 @@ from transformers import CLIPModel
 
 from hf_longclip import OneLIPModel, OneLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.objectives.onelip import OneLIPLoss, TRIMRefine
-from hf_longclip.training.hard_negatives import (
+from hf_longclip.models.onelip.hard_negatives import (
     EMPTY,
     QUEUE_DTYPE,
     HardNegativeQueues,
@@ -23,8 +22,10 @@ from hf_longclip.training.hard_negatives import (
     difficulty,
     keep_mask,
 )
-from hf_longclip.training.negative_bank import NegativeBank, model_digest
-from hf_longclip.training.task import OneLIPTask
+from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
+from hf_longclip.models.onelip.negative_bank import NegativeBank, model_digest
+from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip.objectives.onelip import OneLIPLoss
 
 
 def unit(rows: np.ndarray) -> np.ndarray:
@@ -275,8 +276,9 @@ def test_the_task_needs_sample_indices_when_it_queues_negatives(random_bank, tmp
     base = tiny_processor()
     processor = OneLIPProcessor(image_processor=base.image_processor, tokenizer=base.tokenizer, max_length=248)
     queues = HardNegativeQueues(random_bank, tmp_path / "queues", queue_size=2)
-    task = OneLIPTask(OneLIPModel.from_clip(clip, trim_top_k=20), ImageTextCollator(processor), teacher=clip,
-                      hard_negatives=queues)
+    task = OneLIPTask(OneLIPModel.from_clip(clip), ImageTextCollator(processor), teacher=clip, hard_negatives=queues,
+                      trim_top_k=20)
+    assert task.options()["hard_negatives"] == queues.options() and task.options()["trim_top_k"] == 20
     batch = task.collate_fn([{"image": image, "caption": caption} for image, caption in
                              zip(random_images(2), CAPTIONS[:2])])
     with pytest.raises(ValueError, match="sample_index"):

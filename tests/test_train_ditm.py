@@ -16,6 +16,8 @@ from conftest import kill_when_written
 from test_train_scale import CONFIGS, NOISE_ONLY, REPO, needs_deepspeed, run, script_env, weights
 from transformers import AutoModel
 
+from hf_longclip.training.task import saved_options
+
 TINY = ["--num_train", "64", "--num_test", "24", "--image_size", "32", "--hidden_size", "32", "--num_layers", "1",
         "--num_heads", "2", "--logging_steps", "1", "--warmup_steps", "1", "--per_device_eval_batch_size", "32",
         "--base_steps", "2"]
@@ -54,7 +56,9 @@ def test_table_iv_miniature_and_levels_plot(datasets_cache, tmp_path):
             continue
         model = AutoModel.from_pretrained(tmp_path / variant, trust_remote_code=True)
         assert type(model).__name__ == "DITMModel"
-        assert model.config.order_weight == (0.07 if variant == "adaptive+order" else 0.0)
+        # tau and lambda are the task's options, saved beside the checkpoint, not in its config
+        assert saved_options(model)["order_weight"] == (0.07 if variant == "adaptive+order" else 0.0)
+        assert not hasattr(model.config, "order_weight")
         assert not torch.equal(model.text_model.final_layer_norm.weight, base.text_model.final_layer_norm.weight)
     assert [record["warm_up"] for record in history(tmp_path)] == [1.0, 0.0, 0.0]  # 0.125 epoch = 1 step
     assert "order_loss" in history(tmp_path)[0] and "order_loss" not in history(tmp_path, "adaptive")[0]

@@ -1,7 +1,7 @@
 """examples/train_fcast.py under a real `accelerate launch`, tiny: one process (Table 2's rows and Table 5's),
 2-process DeepSpeed ZeRO-2 and ZeRO-3 (FLAIR and F-CAST; the table, the grounding figures, checkpoints AutoModel
 reloads), a run killed mid-way that resumes to the weights of an uninterrupted one, and `--push_to_hub` with
-model_cards/fcast.md (loaded back by repo id with the package absent)."""
+F-CAST's model card (src/hf_longclip/models/fcast/model_card.md; loaded back by repo id with the package absent)."""
 
 import json
 import subprocess
@@ -16,6 +16,7 @@ from test_train_scale import CONFIGS, REPO, needs_deepspeed, script_env, weights
 from transformers import AutoModel, AutoProcessor
 
 from hf_longclip import FCASTModel
+from hf_longclip.training.task import saved_options
 
 TINY = ["--num_train", "64", "--num_test", "16", "--image_size", "32", "--num_segments", "16", "--num_clusters",
         "8,4", "--hidden_size", "32", "--grounding_images", "4", "--dataloader_num_workers", "0", "--max_steps", "4",
@@ -63,10 +64,15 @@ def test_train_fcast_end_to_end(engine, tmp_path):
     for name in ("fcast", "flair"):
         assert (tmp_path / "run" / f"grounding-{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     model = AutoModel.from_pretrained(tmp_path / "run" / "fcast", trust_remote_code=True)
-    assert isinstance(model, FCASTModel) and model.config.part_loss_weight == 1.0
+    # the objective and L_part's weight are the task's options, saved beside the checkpoint, not in its config
+    assert isinstance(model, FCASTModel) and saved_options(model) == {"objective": "fcast", "part_loss_weight": 1.0}
+    assert not hasattr(model.config, "part_loss_weight") and not hasattr(model.config, "objective")
     flair = AutoModel.from_pretrained(tmp_path / "run" / "flair", trust_remote_code=True)
-    assert (flair.config.vision_backbone, flair.config.objective, flair.config.text_config.num_stage2_layers) == (
+    assert (flair.config.vision_backbone, saved_options(flair)["objective"], flair.config.text_config.num_stage2_layers) == (
         "vit", "flair", 0)
+    if "fcast-no-part" in training:
+        no_part = AutoModel.from_pretrained(tmp_path / "run" / "fcast-no-part", trust_remote_code=True)
+        assert saved_options(no_part) == {"objective": "fcast", "part_loss_weight": 0.0}
     assert AutoProcessor.from_pretrained(tmp_path / "run" / "flair", trust_remote_code=True).num_chunks == 1
 
 

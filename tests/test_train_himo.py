@@ -12,6 +12,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoProcessor
 
+from hf_longclip.training.task import saved_options
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -60,8 +62,11 @@ def test_accelerate_launch_train_himo_end_to_end(tmp_path):
     checkpoint = tmp_path / "himo-clip"
     model = AutoModel.from_pretrained(checkpoint, trust_remote_code=True)
     processor = AutoProcessor.from_pretrained(checkpoint, trust_remote_code=True)
-    assert model.config.molo_lambda == 1.0 and model.config.text_config.max_position_embeddings == 248
-    assert AutoModel.from_pretrained(tmp_path / "clip-77").config.text_config.max_position_embeddings == 77
+    # MoLo's options are the task's, saved beside each checkpoint (training_options.json), not in its config
+    assert saved_options(model)["molo_lambda"] == 1.0 and not hasattr(model.config, "molo_lambda")
+    assert model.config.text_config.max_position_embeddings == 248
+    clip77 = AutoModel.from_pretrained(tmp_path / "clip-77")
+    assert clip77.config.text_config.max_position_embeddings == 77 and saved_options(clip77)["molo_lambda"] == 0.0
     with torch.no_grad():
         out = model(**processor(text=["a picture of three shapes."], images=[_image()]))
     assert out.logits_per_image.shape == (1, 1)
@@ -78,8 +83,9 @@ def test_ablation_over_two_seeds_writes_its_table(tmp_path):
     assert kept == sorted(kept) and kept[0] >= 1  # a higher threshold keeps at least as many components
     assert (tmp_path / "table4" / "table4.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for seed in (0, 1):
-        config = json.loads((tmp_path / "table4" / f"seed-{seed}" / "tau=0.95" / "config.json").read_text())
-        assert config["hide_tau"] == 0.95
+        checkpoint = tmp_path / "table4" / f"seed-{seed}" / "tau=0.95"
+        assert json.loads((checkpoint / "training_options.json").read_text())["hide_tau"] == 0.95
+        assert "hide_tau" not in json.loads((checkpoint / "config.json").read_text())
 
 
 def _image():

@@ -1,9 +1,9 @@
 """examples/train_onelip.py under a real `accelerate launch` on CPU: the Table 1 / Table 4 miniature and the Fig. 3
 plot from scratch, checkpoints that reload through AutoModel as OneLIPModel without the teacher, ZeRO-2 equal to one
 process on the same global batch, a SIGKILLed run resuming to the weights of an uninterrupted one (through the loss
-weights' switch, which the task's step count drives), and `--push_to_hub` rendering model_cards/onelip.md; Table 4's
-PO-HNM rows: a SIGKILLed run resumes to the queues and weights of an uninterrupted one, in one process and under
-2-process DDP.
+weights' switch, which the task's step count drives), and `--push_to_hub` rendering OneLIP's model card
+(src/hf_longclip/models/onelip/model_card.md); Table 4's PO-HNM rows: a SIGKILLed run resumes to the queues and
+weights of an uninterrupted one, in one process and under 2-process DDP.
 
 Each launch adapts a tiny base CLIP-77 (width 32, one layer) on 64 synthetic scenes for a few steps.
 """
@@ -23,6 +23,7 @@ from transformers import AutoModel
 from hf_longclip import OneLIPModel
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.training.recipe import BackboneArguments, base_clip_task
+from hf_longclip.training.task import saved_options
 
 SCRIPT = REPO / "examples" / "train_onelip.py"
 SCENES = dict(num_train=64, num_test=24, image_size=32)
@@ -100,8 +101,10 @@ def test_table_and_figure_3_from_scratch(datasets_cache, tmp_path):
                                             "onelip-128": (128, "trim"), "onelip-77": (77, "trim")}.items():
         model = AutoModel.from_pretrained(tmp_path / variant, trust_remote_code=True)
         assert type(model) is OneLIPModel
-        assert (model.config.text_config.max_position_embeddings, model.config.token_distillation) == (length,
-                                                                                                       distillation)
+        # TRIM's options are the task's, saved beside the checkpoint, not in its config
+        assert (model.config.text_config.max_position_embeddings, saved_options(model)["token_distillation"]) == (
+            length, distillation)
+        assert not hasattr(model.config, "token_distillation")
         assert model.config.text_config.base_length == 77
         assert not any("teacher" in name for name in weights(tmp_path / variant)), "the teacher was saved"
         assert set(weights(tmp_path / variant)) == set(model.state_dict())
