@@ -51,15 +51,15 @@ from hf_longclip.evaluation import (
     retrieval_task,
 )
 from hf_longclip.models.ditm.card import CARD
-from hf_longclip.plots import coverage, plot_levels
+from hf_longclip.models.ditm.plots import plot_levels
+from hf_longclip.plots import coverage
+from hf_longclip.models.himo_clip.base_clip import load_clip, train_base_clip
 from hf_longclip.training.recipe import (
     BackboneArguments,
-    load_clip,
     parse_variants,
     publish,
     run_over_seeds,
     start_run,
-    train_base_clip,
     train_variants,
 )
 from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator

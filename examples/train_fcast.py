@@ -39,9 +39,9 @@ from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.evaluation import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.models.fcast.card import CARD
-from hf_longclip.plots import plot_attention_maps
+from hf_longclip.models.fcast.plots import plot_attention_maps
 from hf_longclip.models.fcast.task import FCASTCollator, FCASTTask
-from hf_longclip.training.loop import LoopArguments
+from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.recipe import (
     publish,
     run_over_seeds,

@@ -45,9 +45,11 @@ from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.evaluation import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.models.onelip.card import CARD
-from hf_longclip.plots import plot_recall_by_length
 from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
-from hf_longclip.training.loop import LoopArguments, whole_model_init
+from hf_longclip.models.onelip.plots import plot_recall_by_length
+from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.models.himo_clip.base_clip import evaluate_base, load_clip, short_caption_base
+from hf_longclip.training.loop import whole_model_init
 from hf_longclip.models.onelip.negative_bank import (
     NegativeBank,
     default_bank_directory,
@@ -55,12 +57,9 @@ from hf_longclip.models.onelip.negative_bank import (
 )
 from hf_longclip.training.recipe import (
     BackboneArguments,
-    evaluate_base,
-    load_clip,
     parse_variants,
     publish,
     run_over_seeds,
-    short_caption_base,
     start_run,
     train_variants,
 )

@@ -292,7 +292,7 @@ def test_an_algorithm_returning_too_many_segments_is_asked_again(monkeypatch):
 
 
 def test_hierarchy_png_is_written(tmp_path):
-    from hf_longclip.plots import plot_segment_hierarchy
+    from hf_longclip.models.cast.plots import plot_segment_hierarchy
 
     image, _ = hand_drawn()
     labels = torch.from_numpy(compute_superpixels(np.asarray(image), 16))

@@ -14,7 +14,8 @@ from hf_longclip import DITMConfig, DITMModel, DITMProcessor
 from hf_longclip.data.collate import MultiCaptionCollator
 from hf_longclip.export import model_bundle
 from hf_longclip.objectives import DITMLoss
-from hf_longclip.training.loop import LoopArguments, train
+from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.loop import train
 from hf_longclip.training.task import DITMTask
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,12 +7,15 @@ from .modeling_common.code_bundle import bundle_sources
 from .models import MODEL_FOLDERS
 
 SOURCE_ROOT = Path(__file__).parent / "models"
+# The modules of a model folder that travel with its checkpoints; the others (`__init__.py`, `plots.py`) are the
+# library's own.
+REMOTE_CODE_PREFIXES = ("configuration_", "image_processing_", "modeling_", "processing_")
 
 
 def model_bundle(arch: str) -> dict[str, str]:
     """File name -> text of a model's bundle: its configuration, modeling and processing modules and every library
     module they import."""
-    entry_points = sorted(p for p in (SOURCE_ROOT / arch).glob("*.py") if p.name != "__init__.py")
+    entry_points = sorted(p for p in (SOURCE_ROOT / arch).glob("*.py") if p.name.startswith(REMOTE_CODE_PREFIXES))
     if not entry_points:
         raise FileNotFoundError(f"no model code under {SOURCE_ROOT / arch}")
     return bundle_sources(*entry_points)
