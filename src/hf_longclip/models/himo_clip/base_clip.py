@@ -1,7 +1,7 @@
 """The base CLIP that the long-text models start from when no pretrained CLIP is given: a small CLIP (a
 HiMoCLIPModel trained with MoLo's global term alone, i.e. global InfoNCE) from scratch (`base_clip_task`,
-`train_base_clip`: what train_ditm fine-tunes), and `short_caption_base`, that CLIP with 77 text positions pretrained on short captions (what train_himo and
-train_onelip fine-tune), built once and cached. `load_clip` and `evaluate_base` evaluate a base as it is: the row
+`train_base_clip`: what train_ditm fine-tunes), and `short_caption_base`, that CLIP with 77 text positions
+pretrained on short captions (what train_himo and train_onelip fine-tune), built once and cached. `load_clip` and `evaluate_base` evaluate a base as it is: the row
 its fine-tuned variants start from.
 """
 
