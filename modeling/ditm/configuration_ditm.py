@@ -3,7 +3,7 @@
 
 from transformers import CLIPConfig
 
-from .code_bundle import CodeBundleMixin
+from .saving import CodeBundleMixin
 
 
 class DITMConfig(CodeBundleMixin, CLIPConfig):

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from transformers.models.clip.modeling_clip import CLIPOutput
 from transformers.utils import is_tracing
 
-from .code_bundle import CodeBundleMixin
+from .saving import CodeBundleMixin
 
 
 @dataclass

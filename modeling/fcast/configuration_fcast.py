@@ -10,7 +10,7 @@ import math
 from huggingface_hub.dataclasses import strict
 from transformers import CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
 
-from .code_bundle import CodeBundleMixin
+from .saving import CodeBundleMixin
 from .configuration_cast import CASTVisionConfig
 
 

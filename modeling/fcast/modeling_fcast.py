@@ -34,11 +34,11 @@ from .dual_encoder import (
     DualEncoderOutput,
     end_of_text_positions,
 )
-from .pooling import AttentionPool
 from .modeling_cast import CASTVisionModel
 from .fcast import FCASTLoss, FLAIRLoss
 
 from .configuration_fcast import FCASTConfig, FCASTTextConfig
+from .pooling import AttentionPool
 
 
 @dataclass

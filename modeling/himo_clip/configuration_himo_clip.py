@@ -3,7 +3,7 @@
 
 from transformers import CLIPConfig
 
-from .code_bundle import CodeBundleMixin
+from .saving import CodeBundleMixin
 from .molo import HIDE_MODALITIES, HIDE_SCOPES
 
 HIMO_TEXT_POSITIONS = 248  # Long-CLIP stretching of CLIP's 77 positions: 4 * 77 - 3 * 20

@@ -5,7 +5,7 @@ One-Stage Adaptation")."""
 
 from transformers import CLIPConfig, CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
 
-from .code_bundle import CodeBundleMixin
+from .saving import CodeBundleMixin
 from .onelip import TRIM_DECOMPOSITIONS
 
 ONELIP_TEXT_POSITIONS = 248  # the paper's T_g in its main tables (Long-CLIP's length)

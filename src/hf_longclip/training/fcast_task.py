@@ -5,7 +5,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from ..data.chunking import sample_sub_captions
+from ..models.fcast.chunking import sample_sub_captions
 from .task import ContrastiveTask
 
 

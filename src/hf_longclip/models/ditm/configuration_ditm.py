@@ -2,7 +2,7 @@
 
 from transformers import CLIPConfig
 
-from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 
 class DITMConfig(CodeBundleMixin, CLIPConfig):

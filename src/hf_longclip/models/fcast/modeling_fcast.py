@@ -33,11 +33,11 @@ from hf_longclip.modeling_common.dual_encoder import (
     DualEncoderOutput,
     end_of_text_positions,
 )
-from hf_longclip.modeling_common.pooling import AttentionPool
 from hf_longclip.models.cast.modeling_cast import CASTVisionModel
 from hf_longclip.objectives.fcast import FCASTLoss, FLAIRLoss
 
 from .configuration_fcast import FCASTConfig, FCASTTextConfig
+from .pooling import AttentionPool
 
 
 @dataclass

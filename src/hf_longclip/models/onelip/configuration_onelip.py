@@ -4,7 +4,7 @@ One-Stage Adaptation")."""
 
 from transformers import CLIPConfig, CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
 
-from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+from hf_longclip.modeling_common.saving import CodeBundleMixin
 from hf_longclip.objectives.onelip import TRIM_DECOMPOSITIONS
 
 ONELIP_TEXT_POSITIONS = 248  # the paper's T_g in its main tables (Long-CLIP's length)
