@@ -19,8 +19,8 @@ from hf_longclip.data.benchmarks import (
     load_benchmark,
     schema_fields,
 )
-from hf_longclip.data.text import split_sentences
 from hf_longclip.eval_tasks import TASKS, available_tasks
+from hf_longclip.modeling_common.text import split_sentences
 
 NAMES = {"sharegpt4v", "urban1k", "docci", "long_dci", "himo_docci", "coco", "flickr30k", "hierarcaps", "cola_multi",
          "coco_cxc"}

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import hf_longclip
-from hf_longclip.modeling_common import bundle_sources
+from hf_longclip.export import bundle_sources
 from hf_longclip.objectives import ditm
 from hf_longclip.objectives.ditm import DITMLoss, adaptive_triplet_loss
 

@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from PIL import Image
 
 from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
-from hf_longclip.models.fcast import FCASTTextConfig
-from hf_longclip.data.chunking import balanced_chunks
 from hf_longclip.data.tokenizer import train_scene_tokenizer
+from hf_longclip.models.fcast import FCASTTextConfig
+from hf_longclip.models.fcast.chunking import balanced_chunks
 from hf_longclip.objectives import part_level_queries
 
 WORLD_SIZE = 2

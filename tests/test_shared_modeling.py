@@ -8,13 +8,13 @@ import torch
 import torch.nn.functional as F
 
 from hf_longclip.modeling_common import (
-    AttentionPool,
     RotaryEmbedding,
     apply_rotary,
     contrastive_loss,
     ntk_inverse_frequencies,
     sigmoid_loss,
 )
+from hf_longclip.models.fcast.pooling import AttentionPool
 from hf_longclip.objectives import ClipLoss, MoLoLoss, SigLipLoss
 
 

@@ -110,7 +110,7 @@ def encode_images(model, processor, images, batch_size: int = 128, progress: boo
     """L2-normalised image embeddings (CPU float32); `images` is a list or a `datasets` image column. Each batch is
     converted to 8-bit RGB by `to_rgb_images` (16-bit images scaled, transparency composited onto white), the same
     conversion our processors apply, so a plain `CLIPProcessor` is given the same images."""
-    from .modeling_common.inputs import to_rgb_images
+    from .modeling_common.images import to_rgb_images
 
     def embed(batch):
         pixels = processor(images=to_rgb_images(batch), return_tensors="pt")

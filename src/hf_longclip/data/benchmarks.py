@@ -56,7 +56,7 @@ import datasets
 from PIL import Image
 
 from ..eval_tasks import available_tasks
-from .text import split_sentences
+from ..modeling_common.text import split_sentences
 
 logger = logging.getLogger(__name__)
 

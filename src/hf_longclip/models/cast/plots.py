@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...modeling_common.segments import hierarchy_label_maps
+from .segments import hierarchy_label_maps
 from ...plots import pyplot, save_figure
 
 
@@ -21,7 +21,7 @@ def plot_segment_hierarchy(image, superpixels, assignments: Sequence, path: str 
 
     `image` is (H, W, 3) uint8 (or a PIL image) as the model saw it (e.g. `CASTImageProcessor.crop`),
     `superpixels` its (H, W) ids and `assignments` its (N_l, N_l+1) matrices (`CASTVisionOutput.assignments[l][i]`
-    for image i), taken hard and composed by `modeling_common.segments.hierarchy_label_maps`."""
+    for image i), taken hard and composed by `models.cast.segments.hierarchy_label_maps`."""
     pixels = np.asarray(image, dtype=np.float64)[..., :3]
     superpixels = torch.as_tensor(np.asarray(superpixels))
     if superpixels.shape != pixels.shape[:2]:

@@ -35,10 +35,10 @@ from hf_longclip.modeling_common.dual_encoder import (
     DualEncoderOutput,
     end_of_text_positions,
 )
-from hf_longclip.modeling_common.pooling import AttentionPool
 from hf_longclip.models.cast.modeling_cast import CASTVisionModel
 
 from .configuration_fcast import FCASTConfig, FCASTTextConfig
+from .pooling import AttentionPool
 
 
 @dataclass

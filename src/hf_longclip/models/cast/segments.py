@@ -6,7 +6,7 @@ training step on any device."""
 import torch
 import torch.nn.functional as F
 
-from hf_longclip.modeling_common.gpo import sinusoidal_encoding
+from hf_longclip.modeling_common.positions import sinusoidal_encoding
 
 
 def sincos_2d_positions(height: int, width: int, dim: int, device=None) -> torch.Tensor:

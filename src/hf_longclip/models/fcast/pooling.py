@@ -1,4 +1,4 @@
-"""Attention pooling shared by the models: learned or text-given queries attending over a set of tokens."""
+"""F-CAST's attention pooling (FLAIR's AttnPool): learned or text-given queries attending over a set of tokens."""
 
 import torch
 from torch import nn

@@ -1,12 +1,12 @@
 """F-CAST's chunking of a long caption into N sub-captions (Sec. 3.2, App. C): the caption is split into sentences
-(the splitter HiMo-CLIP's segments use, `hf_longclip.data.text.split_sentences`), then consecutive sentences are
+(the splitter HiMo-CLIP's segments use, `modeling_common.text.split_sentences`), then consecutive sentences are
 joined into chunks. Training uses random chunking (1-3 sentences per chunk), inference balanced chunking.
 
 Imports only the standard library and `text`, so that F-CAST's processor carries it in its remote code."""
 
 import random
 
-from hf_longclip.data.text import split_sentences
+from hf_longclip.modeling_common.text import split_sentences
 
 MAX_SENTENCES_PER_CHUNK = 3  # App. C: "no chunk may contain more than three sentences"
 
