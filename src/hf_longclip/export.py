@@ -7,12 +7,14 @@ from .modeling_common.code_bundle import bundle_sources
 from .models import MODEL_FOLDERS
 
 SOURCE_ROOT = Path(__file__).parent / "models"
+# A model folder's remote-code modules; the rest (`__init__.py`, `evaluation.py`) stays library-side.
+REMOTE_CODE_PREFIXES = ("configuration_", "modeling_", "processing_", "image_processing_")
 
 
 def model_bundle(arch: str) -> dict[str, str]:
     """File name -> text of a model's bundle: its configuration, modeling and processing modules and every library
     module they import."""
-    entry_points = sorted(p for p in (SOURCE_ROOT / arch).glob("*.py") if p.name != "__init__.py")
+    entry_points = sorted(p for p in (SOURCE_ROOT / arch).glob("*.py") if p.name.startswith(REMOTE_CODE_PREFIXES))
     if not entry_points:
         raise FileNotFoundError(f"no model code under {SOURCE_ROOT / arch}")
     return bundle_sources(*entry_points)
