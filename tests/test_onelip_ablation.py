@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from conftest import CAPTIONS, random_images, tiny_clip
 
 from hf_longclip import OneLIPConfig, OneLIPModel
-from hf_longclip.evaluation import late_difference_pairs, pair_recall_at_1, recall_at_1_by_text
+from hf_longclip.metrics.retrieval import pair_recall_at_1, recall_at_1_by_text
+from hf_longclip.models.onelip.evaluation import late_difference_pairs
 from hf_longclip.objectives.onelip import OneLIPLoss, TRIMRefine, pooled_distillation_loss, trim_scores
 
 
