@@ -93,12 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     install = add_command("install-metrics", "install the evaluate modules so evaluate.load('<name>') works offline")
     install.set_defaults(run=_install_metrics)
 
+    from .data.benchmarks import describe_benchmarks
     from .data.eval_datasets import dataset_names
     from .evaluation.tasks import TASKS, describe_tasks
 
     evaluate = add_command("eval", "evaluate a model on a benchmark: JSON report and plots",
                            epilog="tasks (each runs where the rows carry its columns):\n"
-                                  + "\n".join(f"  {line}" for line in describe_tasks()))
+                                  + "\n".join(f"  {line}" for line in describe_tasks())
+                                  + "\n\nbenchmarks read from --data-dir (besides synthetic):\n"
+                                  + "\n".join(f"  {line}" for line in describe_benchmarks()))
     evaluate.add_argument("--model", required=True,
                           help="checkpoint directory or Hub id, ours or a CLIPModel (required)")
     evaluate.add_argument("--dataset", required=True, choices=dataset_names(),
