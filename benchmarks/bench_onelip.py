@@ -26,7 +26,7 @@ from common import compare, random_batch
 from transformers import CLIPConfig, CLIPModel
 
 from hf_longclip import HiMoCLIPModel, OneLIPModel
-from hf_longclip.objectives.onelip import trim_scores
+from hf_longclip.models.onelip.objective import trim_scores
 from hf_longclip.training.task import OneLIPTask
 
 VIT_B16 = dict(text_width=512, text_layers=12, text_heads=8, vision_width=768, vision_layers=12, vision_heads=12,

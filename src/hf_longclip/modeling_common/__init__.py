@@ -3,12 +3,6 @@ siblings; `hf_longclip.export` copies the ones a model uses into that model's re
 
 from .dual_encoder import DualEncoderMixin, DualEncoderOutput, end_of_text_positions
 from .gpo import GPO
-from .losses import (
-    check_paired_embeddings,
-    contrastive_loss,
-    gather_with_grad,
-    sigmoid_loss,
-)
 from .positions import (
     RotaryEmbedding,
     apply_rotary,
@@ -25,12 +19,8 @@ __all__ = [
     "GPO",
     "RotaryEmbedding",
     "apply_rotary",
-    "check_paired_embeddings",
-    "contrastive_loss",
     "end_of_text_positions",
-    "gather_with_grad",
     "ntk_inverse_frequencies",
-    "sigmoid_loss",
     "sinusoidal_encoding",
     "stretch_position_embeddings",
 ]

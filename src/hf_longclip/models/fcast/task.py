@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from .chunking import sample_sub_captions
-from hf_longclip.objectives.fcast import FCASTLoss, FLAIRLoss
+from hf_longclip.models.fcast.objective import FCASTLoss, FLAIRLoss
 from hf_longclip.training.task import ContrastiveTask
 
 OBJECTIVES = ("fcast", "flair")

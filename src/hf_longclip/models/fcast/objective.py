@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hf_longclip.modeling_common.losses import gather_with_grad, sigmoid_loss
+from hf_longclip.objectives.losses import gather_with_grad, sigmoid_loss
 
 
 def part_level_queries(sub_embeds: torch.Tensor, all_sub_embeds: torch.Tensor, offset: int) -> torch.Tensor:

@@ -5,7 +5,7 @@ generic-to-specific ordering loss over the captions of one image (Eq. 6), L = L_
 import torch
 from torch import nn
 
-from hf_longclip.modeling_common.losses import check_paired_embeddings, gather_with_grad
+from hf_longclip.objectives.losses import check_paired_embeddings, gather_with_grad
 
 
 def adaptive_triplet_loss(

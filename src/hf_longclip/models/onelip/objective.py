@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hf_longclip.modeling_common.losses import check_paired_embeddings, contrastive_loss, gather_with_grad
+from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_with_grad
 
 _EPS = 1e-8
 

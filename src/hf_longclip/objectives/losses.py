@@ -1,5 +1,5 @@
-"""Contrastive losses over the global batch, shared by every model: gather with gradient, InfoNCE, SigLIP's
-pairwise sigmoid loss. Pure functions of embeddings (torch only), so that each model's remote code carries them."""
+"""Contrastive losses over the global batch, shared by the models' objectives: gather with gradient, InfoNCE,
+SigLIP's pairwise sigmoid loss. Pure functions of embeddings (torch only); training code, never in remote code."""
 
 import torch
 import torch.distributed as dist
