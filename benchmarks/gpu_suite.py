@@ -122,10 +122,12 @@ from hf_longclip import (  # noqa: E402
 from hf_longclip.modeling_common.dual_encoder import end_of_text_positions  # noqa: E402
 from hf_longclip.models.onelip.configuration_onelip import OneLIPTextConfig  # noqa: E402
 from hf_longclip.models.onelip.modeling_onelip import OneLIPTextModel  # noqa: E402
-from hf_longclip.objectives import DITMLoss  # noqa: E402
-from hf_longclip.training.classification import ClassificationTask  # noqa: E402
-from hf_longclip.training.fcast_task import FCASTTask  # noqa: E402
-from hf_longclip.training.task import MAX_LOGIT_SCALE, ContrastiveTask, DITMTask, OneLIPTask  # noqa: E402
+from hf_longclip.models.cast.task import ClassificationTask  # noqa: E402
+from hf_longclip.models.ditm.task import DITMTask  # noqa: E402
+from hf_longclip.models.fcast.task import FCASTTask  # noqa: E402
+from hf_longclip.models.himo_clip.task import HiMoCLIPTask  # noqa: E402
+from hf_longclip.models.onelip.task import OneLIPTask  # noqa: E402
+from hf_longclip.training.task import MAX_LOGIT_SCALE  # noqa: E402
 
 BOS, EOS = 49406, 49407  # CLIP's start and end of text; its tokenizer pads with the end-of-text token
 LONG, SHORT = 248, 77  # Long-CLIP's text length, CLIP's
@@ -313,14 +315,14 @@ def build_clip(s: Sizes, data: RandomData, length: int) -> Workload:
 def build_himo(s: Sizes, data: RandomData) -> Workload:
     model = HiMoCLIPModel(HiMoCLIPConfig(text_config=text_config(s, LONG), vision_config=vision_config(s),
                                          projection_dim=s.projection_dim))
-    task = ContrastiveTask(model, collate_fn=None)
+    task = HiMoCLIPTask(model, collate_fn=None)
     return Workload(model, task.compute_loss,
                     lambda b: {"input_ids": data.texts(b, LONG), "pixel_values": data.images(b)},
                     lambda: clamp_logit_scale(model))
 
 
 class FixedHardNegatives:
-    """Stand-in for `hf_longclip.training.hard_negatives.HardNegativeQueues` (faiss and an on-disk bank): each
+    """Stand-in for `hf_longclip.models.onelip.hard_negatives.HardNegativeQueues` (faiss and an on-disk bank): each
     sample's queue holds M random unit embeddings (float16, as the bank stores them), every slot filled, made once
     per batch size; `refresh` does nothing."""
 
@@ -341,11 +343,10 @@ class FixedHardNegatives:
 def build_onelip(s: Sizes, data: RandomData, hard_negatives: bool = False) -> Workload:
     """OneLIP's one-stage step (OneLIPTask): frozen 77-token CLIP text teacher, TRIM, the three terms of Eq. 10."""
     model = OneLIPModel(OneLIPConfig(text_config=dict(text_config(s, LONG), base_length=SHORT),
-                                     vision_config=vision_config(s), projection_dim=s.projection_dim,
-                                     trim_decomposition="auto"))
+                                     vision_config=vision_config(s), projection_dim=s.projection_dim))
     teacher = CLIPTextModel(CLIPTextConfig(**text_config(s, SHORT)))
     queues = FixedHardNegatives(data, s.hard_negatives, s.projection_dim) if hard_negatives else None
-    task = OneLIPTask(model, collate_fn=None, teacher=teacher, hard_negatives=queues)
+    task = OneLIPTask(model, collate_fn=None, teacher=teacher, hard_negatives=queues, trim_decomposition="auto")
 
     def make_batch(b: int) -> dict:
         batch = {"input_ids": data.texts(b, LONG), "pixel_values": data.images(b)}
@@ -370,7 +371,7 @@ def build_ditm(s: Sizes, data: RandomData) -> Workload:
     """DITMTask with DITMLoss (adaptive triplet with hardest negatives + ordering); texts of 248 tokens."""
     model = DITMModel(DITMConfig(text_config=text_config(s, LONG), vision_config=vision_config(s),
                                  projection_dim=s.projection_dim))
-    task = DITMTask(model, collate_fn=None, objective=DITMLoss())
+    task = DITMTask(model, collate_fn=None)
 
     def make_batch(b: int) -> dict:
         rows = torch.arange(b, device=data.device)
@@ -409,8 +410,8 @@ def build_fcast(s: Sizes, data: RandomData, objective: str) -> Workload:
         text = dict(text_config(s, SHORT), num_stage2_layers=0, num_chunks=1)
         vision, backbone = vision_config(s), "vit"
     model = FCASTModel(FCASTConfig(text_config=text, vision_config=vision, vision_backbone=backbone,
-                                   objective=objective, projection_dim=s.projection_dim, pool_heads=s.text_heads))
-    task = FCASTTask(model, collate_fn=None)
+                                   projection_dim=s.projection_dim, pool_heads=s.text_heads))
+    task = FCASTTask(model, collate_fn=None, objective=objective)
     return Workload(model, task.compute_loss, lambda b: {
         "input_ids": data.texts(b * SUB_CAPTIONS, SHORT).view(b, SUB_CAPTIONS, SHORT),
         "pixel_values": data.images(b), "superpixels": data.superpixels(b)},

@@ -22,9 +22,10 @@ def num_principal_components(singular_values: torch.Tensor, tau: float) -> int:
 
     Explained variance of component k is s_k^2 / sum_j s_j^2. If s_m equals s_{m+1} the top-m subspace is not
     unique, so m grows until the gap is real; this keeps HiDe (and its gradient) well defined. Returns 0 when
-    the batch has no variance at all (every embedding equal).
+    the batch has no variance at all (every embedding equal). Computed on the host: m sets a shape, so it is read
+    there anyway, and one copy of the singular values costs one device sync instead of one per comparison.
     """
-    variances = singular_values.double() ** 2
+    variances = singular_values.detach().double().cpu() ** 2
     total = variances.sum()
     if total <= torch.finfo(singular_values.dtype).tiny:
         return 0
