@@ -8,8 +8,7 @@ push each checkpoint with its model card.
 
 A script keeps only what is its model's own: how to build each variant, how to evaluate it, its card template and
 card info (from the model's package), and its own plots. `run_over_seeds` repeats a script's whole run for each
-seed of `--seeds` and reports every table cell as mean +- std (`hf_longclip.training.results`); the base CLIP that
-train_himo, train_onelip and train_ditm start from is built in `hf_longclip.models.himo_clip.base_clip`.
+seed of `--seeds` and reports every table cell as mean +- std (`hf_longclip.training.results`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ synthetic scenes): the pointing game and the attention mass inside the box, from
 
     grounding_scores(model, processor, test)   # {"pointing_game", "box_mass", "uniform_box_mass", "num_sentences"}
 
-Retrieval with long captions and late-differing pairs is OneLIP's protocol, `hf_longclip.models.onelip.evaluation`.
+Retrieval with long captions and late-differing pairs is the protocol train_fcast.py shares with train_onelip.py.
 Library-side only: the remote code of the model (configuration_, modeling_, processing_fcast.py) never imports it.
 """
 
