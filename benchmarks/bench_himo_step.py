@@ -15,7 +15,7 @@ from common import clip_config, compare, random_batch
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
 from hf_longclip.models.himo_clip.task import HiMoCLIPTask
-from hf_longclip.objectives import MoLoLoss
+from hf_longclip.models.himo_clip.objective import MoLoLoss
 
 
 def training_step(task, optimizer, batch) -> None:

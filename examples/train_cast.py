@@ -35,13 +35,13 @@ from transformers import (
 from hf_longclip import CASTForImageClassification, CASTImageProcessor, CASTVisionConfig
 from hf_longclip.data.synthetic import CLASSNAMES, SHAPES, load_synthetic_scenes
 from hf_longclip.models.cast.card import CARD
-from hf_longclip.plots import plot_segment_hierarchy
+from hf_longclip.models.cast.plots import plot_segment_hierarchy
 from hf_longclip.models.cast.task import (
     ClassificationTask,
     ImageClassificationCollator,
     accuracy,
 )
-from hf_longclip.training.loop import LoopArguments
+from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.recipe import (
     publish,
     run_over_seeds,

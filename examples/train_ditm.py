@@ -44,22 +44,17 @@ from hf_longclip.models.ditm.descriptiveness import (
     add_descriptiveness_column,
 )
 from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.evaluation import (
-    cached_text_encoder,
-    encode_images,
-    hierarcaps_task,
-    retrieval_task,
-)
 from hf_longclip.models.ditm.card import CARD
-from hf_longclip.plots import coverage, plot_levels
+from hf_longclip.models.ditm.evaluation import evaluate_hierarchy
+from hf_longclip.models.ditm.plots import plot_levels
+from hf_longclip.models.himo_clip.base_clip import load_clip, train_base_clip
+from hf_longclip.plots import coverage
 from hf_longclip.training.recipe import (
     BackboneArguments,
-    load_clip,
     parse_variants,
     publish,
     run_over_seeds,
     start_run,
-    train_base_clip,
     train_variants,
 )
 from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator
@@ -129,23 +124,6 @@ def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: in
     return DITMTask(model, collator, args.margin_scale, order_weight, warmup_steps), processor
 
 
-def evaluate(model, processor, test, batch_size: int) -> dict:
-    """Retrieval over the 3 full captions of each test scene (R@1, RSUM), HierarCaps P / R / d_corr over its 4
-    levels, and the mean image-text distance per level (Fig. 8(c))."""
-    model.eval()
-    encode = cached_text_encoder(model, processor, batch_size)  # HierarCaps and the distances share the levels
-
-    image_embeds = encode_images(model, processor, test["image"], batch_size)  # once, for all three
-    retrieval = retrieval_task(test, encode, image_embeds)
-    hierarchy = hierarcaps_task(test, encode, image_embeds)
-    levels = test["levels"]
-    text_embeds = encode([text for chain in levels for text in chain])
-    distances = (text_embeds.reshape(len(levels), len(levels[0]), -1) - image_embeds[:, None]).norm(dim=-1)
-    return {**{key: retrieval[key] for key in ("i2t_r1", "t2i_r1", "rsum")},
-            **{key: hierarchy[key] for key in ("precision", "recall", "d_corr", "d_corr_image")},
-            "distance_by_level": distances.mean(dim=0).tolist(), "num_images": len(test)}
-
-
 def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args, lora_args, hub_args, accelerator,
         run_args: dict, scenes, dataset, warmup_steps: int) -> dict[str, dict]:
     """One seed's run: the base InfoNCE CLIP (unless given), every variant fine-tuned from it, Fig. 8, results."""
@@ -153,7 +131,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args, lo
     test = scenes["test"]
 
     def evaluate_on_test(model, processor):
-        return evaluate(model, processor, test, loop_args.per_device_eval_batch_size)
+        return evaluate_hierarchy(model, processor, test, loop_args.per_device_eval_batch_size)
 
     base, results, histories = backbone.init_from_clip, {}, {}
     if base is None:  # the pretrained CLIP the paper starts from, here trained from scratch with InfoNCE

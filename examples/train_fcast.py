@@ -30,18 +30,18 @@ train_himo.py.
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from accelerate.utils import set_seed
 
 from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
-from hf_longclip.evaluation import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.models.fcast.card import CARD
-from hf_longclip.plots import plot_attention_maps
+from hf_longclip.models.fcast.evaluation import grounding_scores
+from hf_longclip.models.fcast.plots import plot_attention_maps
 from hf_longclip.models.fcast.task import FCASTCollator, FCASTTask
-from hf_longclip.training.loop import LoopArguments
+from hf_longclip.models.onelip.evaluation import evaluate_text_lengths, late_difference_pairs
+from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.recipe import (
     publish,
     run_over_seeds,
@@ -121,33 +121,6 @@ def build(variant: str, args: ScriptArguments, processor: FCASTProcessor) -> FCA
                                   grounding_stage=grounding_stage, projection_dim=width, pool_heads=4,
                                   part_logit_bias_init_value=args.logit_bias_init,
                                   whole_logit_bias_init_value=args.logit_bias_init))
-
-
-@torch.no_grad()
-def grounding_scores(model: FCASTModel, processor: FCASTProcessor, rows) -> dict:
-    """Pointing game and attention mass in the box over every object sentence of `rows` (sentence m + 1 names the
-    object of box m), with the boxes' mean share of the image (a uniform map's mass) for reference. The attention is
-    `get_grounding`'s pixel density (per superpixel or patch, spread over its area), so its peak is a region: a hit
-    counts the share of the peak's pixels inside the box (argmax alone would pick the region's first pixel)."""
-    model.eval()
-    hits, masses, shares = [], [], []
-    for row in rows:
-        objects = row["sentences"][1:]
-        inputs = processor(text=[objects], images=[row["image"]], padding="longest").to(model.device)
-        out = model.get_grounding(inputs["pixel_values"], inputs["superpixels"], inputs["input_ids"],
-                                  inputs["attention_mask"])
-        density = out.pixel_attention[0].cpu()
-        size = density.shape[-1]
-        for m, box in enumerate(row["boxes"]):
-            x0, y0, x1, y1 = (min(size, max(0, round(v * size))) for v in box)
-            inside = torch.zeros(size, size, dtype=torch.bool)
-            inside[y0:y1, x0:x1] = True
-            peak = torch.isclose(density[m], density[m].max())  # the whole superpixel or patch at the maximum
-            hits.append(float(peak[inside].sum() / peak.sum()))
-            masses.append(float(density[m][inside].sum()))
-            shares.append(float(inside.float().mean()))
-    return {"pointing_game": 100 * float(np.mean(hits)), "box_mass": 100 * float(np.mean(masses)),
-            "uniform_box_mass": 100 * float(np.mean(shares)), "num_sentences": len(hits)}
 
 
 @torch.no_grad()

@@ -40,18 +40,16 @@ from accelerate.utils import set_seed
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.evaluation import evaluate_long_captions
 from hf_longclip.models.himo_clip.card import CARD
+from hf_longclip.models.himo_clip.evaluation import evaluate_long_captions
 from hf_longclip.plots import coverage, plot_prefix_similarity
-from hf_longclip.training.loop import LoopArguments
+from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.models.himo_clip.base_clip import SHORT_BASE_LENGTH, evaluate_base, short_caption_base
 from hf_longclip.training.recipe import (
-    SHORT_BASE_LENGTH,
     BackboneArguments,
-    evaluate_base,
     parse_variants,
     publish,
     run_over_seeds,
-    short_caption_base,
     start_run,
     train_variants,
 )

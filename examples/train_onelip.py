@@ -25,7 +25,7 @@ The negative bank (the base's embeddings of the training captions) is built once
 `<output_dir>/negative_bank/` (or `--negative_bank`) and reused by later runs (and seeds) on the same data and base.
 The frozen base text encoder is OneLIP's teacher (held by `OneLIPTask`, never saved). Evaluation: R@1 both ways on
 the test scenes' long captions, on their first sentence (short) and within the hard-negative pairs whose captions
-differ only after token 77 (chance 50; `hf_longclip.evaluation.evaluate_text_lengths`).
+differ only after token 77 (chance 50; `hf_longclip.models.onelip.evaluation.evaluate_text_lengths`).
 
 Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
 `loss_curves.png` and `recall_by_length.png` (Fig. 3). Multi-GPU, DeepSpeed, resume, LoRA and Hub push (of the
@@ -43,11 +43,13 @@ from datasets import DatasetDict
 from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor, OneLIPModel, OneLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.evaluation import evaluate_text_lengths, late_difference_pairs
+from hf_longclip.models.himo_clip.base_clip import evaluate_base, load_clip, short_caption_base
 from hf_longclip.models.onelip.card import CARD
-from hf_longclip.plots import plot_recall_by_length
+from hf_longclip.models.onelip.evaluation import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
-from hf_longclip.training.loop import LoopArguments, whole_model_init
+from hf_longclip.models.onelip.plots import plot_recall_by_length
+from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.loop import whole_model_init
 from hf_longclip.models.onelip.negative_bank import (
     NegativeBank,
     default_bank_directory,
@@ -55,12 +57,9 @@ from hf_longclip.models.onelip.negative_bank import (
 )
 from hf_longclip.training.recipe import (
     BackboneArguments,
-    evaluate_base,
-    load_clip,
     parse_variants,
     publish,
     run_over_seeds,
-    short_caption_base,
     start_run,
     train_variants,
 )

@@ -138,7 +138,7 @@ def isolated_modules_cache(tmp_path, monkeypatch):
 
 def molo_loss(image_embeds, text_embeds, logit_scale, tau: float = 0.9, weight: float = 1.0, scope: str = "global"):
     """The MoLo objective's total: the sum of its named terms."""
-    from hf_longclip.objectives import MoLoLoss
+    from hf_longclip.models.himo_clip.objective import MoLoLoss
 
     return sum(MoLoLoss(tau, weight, scope)(image_embeds, text_embeds, logit_scale).values())
 

@@ -19,8 +19,8 @@ from hf_longclip.data.benchmarks import (
     load_benchmark,
     schema_fields,
 )
-from hf_longclip.data.text import split_sentences
-from hf_longclip.eval_tasks import TASKS, available_tasks
+from hf_longclip.evaluation import TASKS, available_tasks
+from hf_longclip.modeling_common.text import split_sentences
 
 NAMES = {"sharegpt4v", "urban1k", "docci", "long_dci", "himo_docci", "coco", "flickr30k", "hierarcaps", "cola_multi",
          "coco_cxc"}
@@ -157,7 +157,8 @@ def test_sharegpt4v_first_1000_are_the_test_split(sharegpt4v_dir, caplog):
     assert row["sentences"] == ["Record 3 shows a scene.", "It has 3 objects."]
     assert_color(row["image"], 0)
     assert_color(bench.dataset[4]["image"], 1)
-    assert bench.tasks == ("retrieval", "himo") and bench.fields == {"id", "image", "caption", "sentences"}
+    assert available_tasks(bench.dataset) == ("retrieval", "himo")
+    assert bench.fields == {"id", "image", "caption", "sentences"}
 
 
 def test_sharegpt4v_train_split_and_max_samples(sharegpt4v_dir):
@@ -221,7 +222,7 @@ def test_urban1k(tmp_path, caplog):
     assert row["sentences"] == ["Caption 2.", *split_sentences(LONG)] and len(row["sentences"]) == 5
     assert bench.dataset[2]["caption"] == f"Caption 3. {LONG}"  # BOM and CRLF do not leak into the caption
     assert_color(row["image"], 2)
-    assert bench.tasks == ("retrieval", "himo")
+    assert available_tasks(bench.dataset) == ("retrieval", "himo")
     assert load_benchmark("urban1k", tmp_path, split="test", max_samples=2).dataset["id"] == ["1", "2"]
 
 
@@ -276,7 +277,7 @@ def test_docci_himo_test_set_layout_and_errors(tmp_path):
     write_image(tmp_path / "images/test_00007.jpg", 7)
     bench = load_benchmark("docci", tmp_path)
     assert bench.dataset["id"] == ["test_00007"] and bench.dataset[0]["caption"] == "A dog."
-    assert bench.source.endswith("test_set.jsonl") and bench.tasks == ("retrieval",)
+    assert bench.source.endswith("test_set.jsonl") and available_tasks(bench.dataset) == ("retrieval",)
     with pytest.raises(FileNotFoundError, match="docci_descriptions.jsonlines"):
         load_benchmark("docci", tmp_path, split="train")  # the HiMo file only holds the test split
     (tmp_path / "test_set.jsonl").write_text('{"image_file": "a.jpg", "description": "ok"}\n{"image_file": "b.jpg"}\n')
@@ -362,7 +363,7 @@ def test_himo_docci(tmp_path):
     assert second["subtexts"] == ["One.", "One. Two."] and second["caption"] == "One. Two."  # no raw_caption
     assert_color(first["image"], 0)
     assert_color(second["image"], 1)
-    assert bench.tasks == ("retrieval", "himo") and "subtexts" in bench.fields
+    assert available_tasks(bench.dataset) == ("retrieval", "himo") and "subtexts" in bench.fields
 
 
 def test_himo_docci_errors(tmp_path):
@@ -406,7 +407,7 @@ def test_coco_karpathy(tmp_path):
     assert len(bench.dataset[1]["captions"]) == 6
     assert_color(row["image"], 0)
     assert_color(bench.dataset[1]["image"], 4)
-    assert bench.tasks == ("retrieval",)  # one-sentence captions: no HiMo evaluation
+    assert available_tasks(bench.dataset) == ("retrieval",)  # one-sentence captions: no HiMo evaluation
     assert load_benchmark("coco", tmp_path, split="train").dataset["id"] == ["1001", "1002"]  # train + restval
     assert load_benchmark("coco", tmp_path, split="restval").dataset["id"] == ["1002"]
     val = load_benchmark("coco", tmp_path, split="val")
@@ -477,7 +478,7 @@ def test_hierarcaps(tmp_path):
     assert bench.dataset["image_id"] == [301718, 100489, 100489]  # rows 1 and 2 share one image
     assert_color(bench.dataset[0]["image"], 1)
     assert_color(bench.dataset[2]["image"], 2)
-    assert bench.tasks == ("retrieval", "himo", "hierarcaps")
+    assert available_tasks(bench.dataset) == ("retrieval", "himo", "hierarcaps")
     assert bench.skipped_paths == [str(tmp_path / "test_imgs/COCO_val2014_000000000139.jpg")]
 
 
@@ -523,7 +524,7 @@ def test_cola_multi(tmp_path):
     assert_color(first["images"][1], 2)
     assert_color(second["images"][0], 2)
     assert_color(second["images"][1], 3)
-    assert bench.tasks == ("cola",) and bench.fields == {"id", "images", "captions"}
+    assert available_tasks(bench.dataset) == ("cola",) and bench.fields == {"id", "images", "captions"}
 
 
 def test_cola_multi_errors(tmp_path):

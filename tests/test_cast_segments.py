@@ -8,14 +8,14 @@ import torch
 from PIL import Image, ImageDraw
 
 from hf_longclip import CASTImageProcessor, CASTVisionConfig, CASTVisionModel
-from hf_longclip.modeling_common.segments import (
+from hf_longclip.models.cast.image_processing_cast import compute_superpixels, relabel_contiguous
+from hf_longclip.models.cast.segments import (
     cosine_soft_assignment,
     farthest_point_sampling,
     hierarchy_label_maps,
     segment_pooling_weights,
     sincos_2d_positions,
 )
-from hf_longclip.models.cast.image_processing_cast import compute_superpixels, relabel_contiguous
 
 
 def tiny_cast(num_segments=16, depths=(1, 1, 1), num_clusters=(6, 3), seed=0) -> CASTVisionModel:
@@ -292,7 +292,7 @@ def test_an_algorithm_returning_too_many_segments_is_asked_again(monkeypatch):
 
 
 def test_hierarchy_png_is_written(tmp_path):
-    from hf_longclip.plots import plot_segment_hierarchy
+    from hf_longclip.models.cast.plots import plot_segment_hierarchy
 
     image, _ = hand_drawn()
     labels = torch.from_numpy(compute_superpixels(np.asarray(image), 16))

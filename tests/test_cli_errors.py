@@ -15,7 +15,7 @@ from conftest import IMAGE_SIZE, char_clip_tokenizer, tiny_clip, tiny_himo, tiny
 from transformers import CLIPImageProcessorPil, CLIPProcessor
 
 from hf_longclip.cli import main
-from hf_longclip.eval_tasks import TASKS
+from hf_longclip.evaluation import TASKS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 # Before the fix, an unreachable Hub cost ~46 s of retries (1+2+4+8+8 s for each of two files) before a traceback.

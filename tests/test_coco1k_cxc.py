@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from hf_longclip.data.benchmarks import CXC_THRESHOLDS, load_coco_cxc, read_cxc
-from hf_longclip.evaluation import cxc_positive_sets, cxc_task, retrieval_task
+from hf_longclip.evaluation import available_tasks, cxc_positive_sets, cxc_task, retrieval_task
 from hf_longclip.metrics.retrieval import (
     cxc_retrieval,
     fold_retrieval,
@@ -211,7 +211,7 @@ def test_load_coco_cxc_maps_ids_onto_rows(cxc_dir):
     assert rows["cxc_images"] == [[22, 33], [11], [11], []]
     assert rows["cxc_texts"] == [[221], [], [], [999]]
     assert rows["cxc_caption_positives"] == [[[221], []], [[111], []], [[332], [331]], [[], []]]
-    assert "retrieval" in bench.tasks
+    assert "retrieval" in available_tasks(bench.dataset)
     stricter = load_coco_cxc(cxc_dir, thresholds={"sis": 3.0}).dataset
     assert stricter["cxc_images"] == [[22], [11], [], []]
     assert load_coco_cxc(cxc_dir, split="val").dataset["image_id"] == [55]

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 from conftest import CAPTIONS, himo_task, random_images, tiny_himo, tiny_processor
 
-from hf_longclip.modeling_common import contrastive_loss
-from hf_longclip.objectives import hide_components
+from hf_longclip.objectives import contrastive_loss
+from hf_longclip.models.himo_clip.objective import hide_components
 
 WORLD_SIZE = 2
 

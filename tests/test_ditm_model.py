@@ -22,8 +22,9 @@ from hf_longclip import DITMConfig, DITMModel, DITMProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.export import model_bundle
 from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator
-from hf_longclip.objectives import DITMLoss
-from hf_longclip.training.loop import LoopArguments, train
+from hf_longclip.models.ditm.objective import DITMLoss
+from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.loop import train
 
 REPO = Path(__file__).resolve().parents[1]
 

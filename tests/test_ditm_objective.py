@@ -12,9 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import hf_longclip
-from hf_longclip.modeling_common import bundle_sources
-from hf_longclip.objectives import ditm
-from hf_longclip.objectives.ditm import DITMLoss, adaptive_triplet_loss
+from hf_longclip.models.ditm.objective import DITMLoss, adaptive_triplet_loss
 
 WORLD_SIZE = 2
 
@@ -231,12 +229,6 @@ def test_half_precision_embeddings_give_a_float32_loss_equal_to_the_float32_one(
     for name in full:
         assert half[name].dtype == torch.float32
         torch.testing.assert_close(half[name], full[name])
-
-
-def test_ditm_bundle_carries_the_shared_losses_only():
-    bundle = bundle_sources(ditm.__file__)
-    assert set(bundle) == {"ditm.py", "losses.py"}
-    assert "from .losses import check_paired_embeddings, gather_with_grad" in bundle["ditm.py"]
 
 
 # --- the global batch over processes ---

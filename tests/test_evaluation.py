@@ -23,8 +23,14 @@ from test_benchmarks_loaders import (
 from transformers import CLIPImageProcessorPil, CLIPModel, CLIPProcessor
 
 from hf_longclip.data.benchmarks import load_benchmark
-from hf_longclip.eval_tasks import TASKS, available_tasks
-from hf_longclip.evaluation import encode_texts, evaluate_dataset, load_model, text_max_length
+from hf_longclip.evaluation import (
+    TASKS,
+    available_tasks,
+    encode_texts,
+    evaluate_dataset,
+    load_model,
+    text_max_length,
+)
 
 LONG_WORDS = " ".join(f"word{i}" for i in range(40))  # far beyond 77 character tokens
 
@@ -240,24 +246,33 @@ def test_truncation_comes_from_the_processor_so_a_model_without_a_position_table
         encode_texts(NoPositionTable(clip), clip_processor, texts)
 
 
-def test_one_task_registry_for_evaluation_loaders_and_cli(capsys):
+def test_one_task_registry_for_evaluation_and_cli(capsys):
     import hf_longclip.data.benchmarks as benchmarks
-    import hf_longclip.eval_tasks as eval_tasks
     import hf_longclip.evaluation as evaluation
+    import hf_longclip.evaluation.tasks as tasks
     from hf_longclip.cli import main
 
-    assert evaluation.TASKS is eval_tasks.TASKS and benchmarks.available_tasks is eval_tasks.available_tasks
+    assert evaluation.TASKS is tasks.TASKS and evaluation.available_tasks is tasks.available_tasks
     for name, task in TASKS.items():
-        assert task.name == name and callable(getattr(evaluation, task.runner))
-    assert not hasattr(benchmarks, "TASKS") and not hasattr(benchmarks, "infer_tasks")
+        assert task.name == name and callable(task.runner) and task.runner.__module__ == tasks.__name__
+    assert not any(hasattr(benchmarks, name) for name in ("TASKS", "available_tasks", "infer_tasks"))
     assert not any(hasattr(evaluation, name) for name in ("plot_loss_curves", "_pyplot", "_save_figure"))
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
     help_text = capsys.readouterr().out
     assert "comma list among retrieval, himo, ssi, hierarcaps, zero_shot, cola" in " ".join(help_text.split())
     assert all(f"  {name}: " in help_text for name in TASKS)
-    # the loaders use the registry without importing the torch-side evaluation code
-    check = ("import sys, hf_longclip.data.benchmarks; "
-             "assert 'hf_longclip.evaluation' not in sys.modules, 'benchmarks imported evaluation'")
+
+
+def test_data_and_models_never_import_evaluation():
+    """Evaluation imports data, never the reverse; a model's package and remote code leave its `evaluation` module
+    (and the shared evaluation package) unimported, and no remote-code bundle carries it."""
+    from hf_longclip.export import model_bundle
+    from hf_longclip.models import MODEL_FOLDERS
+
+    check = ("import sys, hf_longclip.data.benchmarks, hf_longclip.data.eval_datasets, hf_longclip.data.shards; "
+             "loaded = [name for name in sys.modules if name.startswith('hf_longclip') and 'evaluation' in name]; "
+             "assert not loaded, loaded")
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+    assert not [name for arch in MODEL_FOLDERS for name in model_bundle(arch) if "evaluation" in name]

@@ -10,15 +10,15 @@ import torch
 from PIL import Image
 
 from hf_longclip import CASTImageProcessor, FCASTProcessor
-from hf_longclip.data.chunking import (
+from hf_longclip.data.tokenizer import train_scene_tokenizer
+from hf_longclip.modeling_common.text import split_sentences
+from hf_longclip.models.fcast.chunking import (
     balanced_chunk_sizes,
     balanced_chunks,
     random_chunk_sizes,
     random_chunks,
     sample_sub_captions,
 )
-from hf_longclip.data.text import split_sentences
-from hf_longclip.data.tokenizer import train_scene_tokenizer
 
 SENTENCES = [f"Sentence number {i} here." for i in range(12)]
 

@@ -18,10 +18,12 @@ from PIL import Image
 
 from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
 from hf_longclip.models.fcast import FCASTTextConfig
+from hf_longclip.models.fcast.chunking import balanced_chunks
 from hf_longclip.models.fcast.task import FCASTTask
-from hf_longclip.data.chunking import balanced_chunks
 from hf_longclip.data.tokenizer import train_scene_tokenizer
-from hf_longclip.objectives import part_level_queries
+from hf_longclip.models.fcast import FCASTTextConfig
+from hf_longclip.models.fcast.chunking import balanced_chunks
+from hf_longclip.models.fcast.objective import part_level_queries
 
 WORLD_SIZE = 2
 CAPTIONS = [

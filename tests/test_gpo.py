@@ -6,9 +6,10 @@ import math
 import pytest
 import torch
 
-from hf_longclip.modeling_common import bundle_sources
+from hf_longclip.export import bundle_sources
 from hf_longclip.modeling_common import gpo as gpo_module
-from hf_longclip.modeling_common.gpo import GPO, sinusoidal_encoding
+from hf_longclip.modeling_common.gpo import GPO
+from hf_longclip.modeling_common.positions import sinusoidal_encoding
 
 
 def make_gpo(seed: int = 0, **kwargs) -> GPO:
@@ -122,5 +123,5 @@ def test_invalid_lengths_are_clear_errors():
         gpo(features[0], torch.tensor([4]))
 
 
-def test_bundle_is_self_contained():
-    assert set(bundle_sources(gpo_module.__file__)) == {"gpo.py"}
+def test_bundle_carries_only_the_position_encodings():
+    assert set(bundle_sources(gpo_module.__file__)) == {"gpo.py", "positions.py"}

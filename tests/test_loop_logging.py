@@ -5,7 +5,8 @@ import logging
 import pytest
 import torch
 
-from hf_longclip.training.loop import LoopArguments, train
+from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.loop import train
 from hf_longclip.training.task import Task
 
 

@@ -13,7 +13,8 @@ from transformers import HfArgumentParser
 
 from hf_longclip import HiMoCLIPModel
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.training.loop import LoopArguments, train
+from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.loop import train
 from hf_longclip.training.lora import LoraArguments, apply_lora, count_parameters, merge_lora
 
 POSITIONS = "text_model.embeddings.position_embedding"

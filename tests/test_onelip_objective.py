@@ -13,8 +13,8 @@ from transformers import CLIPTextConfig, CLIPTextModel
 from hf_longclip import OneLIPModel
 from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
 from hf_longclip.models.onelip.task import OneLIPTask, text_token_mask
-from hf_longclip.objectives import OneLIPLoss, trim_scores, trim_select
-from hf_longclip.objectives.onelip import coarse_loss, token_wise_loss, top_right_singular_vectors
+from hf_longclip.models.onelip.objective import OneLIPLoss, trim_scores, trim_select
+from hf_longclip.models.onelip.objective import coarse_loss, token_wise_loss, top_right_singular_vectors
 
 
 def _small_text():

@@ -10,7 +10,8 @@ from test_remote_code import FRESH_PROCESS_PRELUDE, _load_in_fresh_process
 
 from hf_longclip import OneLIPModel, OneLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.training.loop import LoopArguments, save_model, train
+from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.loop import save_model, train
 from hf_longclip.training.lora import LoraArguments, apply_lora, merge_lora
 from hf_longclip.models.onelip.task import OneLIPTask
 

@@ -8,8 +8,10 @@ from transformers import HfArgumentParser, get_cosine_schedule_with_warmup
 
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.models.himo_clip.task import HiMoCLIPTask
-from hf_longclip.training.loop import LoopArguments, _parameter_groups, parse_lr_multipliers, train
+from hf_longclip.training.arguments import LoopArguments, parse_lr_multipliers
+from hf_longclip.training.loop import train
 from hf_longclip.training.lora import LoraArguments, apply_lora
+from hf_longclip.training.optimizer import parameter_groups
 
 BASE_LR = 1e-3
 
@@ -43,20 +45,20 @@ def _lr_of(groups: list[dict]) -> dict[int, tuple[float, float]]:
 def test_defaults_give_exactly_the_old_groups():
     model = tiny_himo()
     expected = _old_parameter_groups(model, 0.1)
-    assert _same_groups(_parameter_groups(model, 0.1), expected)
-    assert _same_groups(_parameter_groups(model, 0.1, BASE_LR, "", 1.0), expected)
+    assert _same_groups(parameter_groups(model, 0.1), expected)
+    assert _same_groups(parameter_groups(model, 0.1, BASE_LR, "", 1.0), expected)
     args = LoopArguments()
     assert args.lr_multipliers == "" and args.layer_decay == 1.0
-    got = _parameter_groups(model, args.weight_decay, args.learning_rate, args.lr_multipliers, args.layer_decay)
+    got = parameter_groups(model, args.weight_decay, args.learning_rate, args.lr_multipliers, args.layer_decay)
     assert _same_groups(got, _old_parameter_groups(model, args.weight_decay)) and len(got) == 2
     # frozen parameters stay out, as before
     model.text_model.requires_grad_(False)
-    assert _same_groups(_parameter_groups(model, 0.1, BASE_LR), _old_parameter_groups(model, 0.1))
+    assert _same_groups(parameter_groups(model, 0.1, BASE_LR), _old_parameter_groups(model, 0.1))
 
 
 def test_tower_multipliers_scale_each_parameters_lr():
     model = tiny_himo()
-    groups = _parameter_groups(model, 0.1, BASE_LR, "vision_model=0.01,text_model=0.1")
+    groups = parameter_groups(model, 0.1, BASE_LR, "vision_model=0.01,text_model=0.1")
     lrs = _lr_of(groups)
     named = dict(model.named_parameters())
     assert set(lrs) == {id(p) for p in named.values()}
@@ -78,20 +80,20 @@ def test_tower_multipliers_scale_each_parameters_lr():
 
 def test_longest_prefix_wins_and_prefixes_match_whole_components():
     model = tiny_himo()
-    lrs = _lr_of(_parameter_groups(model, 0.1, BASE_LR, "text_model=0.1, text_model.embeddings=0.5 ,logit_scale=2"))
+    lrs = _lr_of(parameter_groups(model, 0.1, BASE_LR, "text_model=0.1, text_model.embeddings=0.5 ,logit_scale=2"))
     named = dict(model.named_parameters())
     assert lrs[id(named["text_model.embeddings.token_embedding.weight"])][0] == pytest.approx(BASE_LR * 0.5)
     assert lrs[id(named["text_model.encoder.layers.0.mlp.fc1.weight"])][0] == pytest.approx(BASE_LR * 0.1)
     assert lrs[id(model.logit_scale)][0] == pytest.approx(BASE_LR * 2)
     # 'text' is not a prefix of 'text_model...' (components, not characters)
     with pytest.raises(ValueError, match="'text'"):
-        _parameter_groups(model, 0.1, BASE_LR, "text=0.1")
+        parameter_groups(model, 0.1, BASE_LR, "text=0.1")
 
 
 def test_layer_decay_factors_by_hand():
     """2 blocks per tower: embeddings/pre-norm layer 0 -> 0.7^3, block 0 -> 0.7^2, block 1 -> 0.7, final norm 1."""
     model = tiny_himo()
-    lrs = _lr_of(_parameter_groups(model, 0.1, BASE_LR, layer_decay=0.7))
+    lrs = _lr_of(parameter_groups(model, 0.1, BASE_LR, layer_decay=0.7))
     expected = {
         "text_model.embeddings.token_embedding.weight": 0.343,
         "text_model.embeddings.position_embedding.weight": 0.343,
@@ -114,7 +116,7 @@ def test_layer_decay_factors_by_hand():
         assert lrs[id(named[name])][0] == pytest.approx(BASE_LR * factor), name
 
     # combined multiplicatively with the tower multipliers (DITM: 0.01 vision, 0.1 text, decay 0.7)
-    lrs = _lr_of(_parameter_groups(model, 0.1, BASE_LR, "vision_model=0.01,text_model=0.1", 0.7))
+    lrs = _lr_of(parameter_groups(model, 0.1, BASE_LR, "vision_model=0.01,text_model=0.1", 0.7))
     for name, factor in expected.items():
         tower = 0.01 if name.startswith("vision_model.") else 0.1 if name.startswith("text_model.") else 1.0
         assert lrs[id(named[name])][0] == pytest.approx(BASE_LR * factor * tower), name
@@ -122,7 +124,7 @@ def test_layer_decay_factors_by_hand():
 
 def test_scheduler_keeps_the_group_ratios():
     model = tiny_himo()
-    groups = _parameter_groups(model, 0.1, BASE_LR, "vision_model=0.01,text_model=0.1", 0.7)
+    groups = parameter_groups(model, 0.1, BASE_LR, "vision_model=0.01,text_model=0.1", 0.7)
     optimizer = torch.optim.AdamW(groups, lr=BASE_LR)
     initial = [g["lr"] for g in optimizer.param_groups]
     scheduler = get_cosine_schedule_with_warmup(optimizer, 2, 10)
@@ -136,7 +138,7 @@ def test_scheduler_keeps_the_group_ratios():
 
 def test_wrapper_prefixes_are_stripped_under_peft():
     peft_model = apply_lora(tiny_himo(), LoraArguments(lora_r=4))
-    groups = _parameter_groups(peft_model, 0.1, BASE_LR, "vision_model=0.01,text_model=0.1", 0.7)
+    groups = parameter_groups(peft_model, 0.1, BASE_LR, "vision_model=0.01,text_model=0.1", 0.7)
     lrs = _lr_of(groups)
     named = dict(peft_model.named_parameters())
     trainable = {name for name, param in named.items() if param.requires_grad}
@@ -159,14 +161,14 @@ def test_malformed_specs_fail_early(spec):
 def test_unknown_prefix_and_bad_decay_fail_clearly():
     model = tiny_himo()
     with pytest.raises(ValueError, match="'visual_model'"):
-        _parameter_groups(model, 0.1, BASE_LR, "visual_model=0.01,text_model=0.1")
+        parameter_groups(model, 0.1, BASE_LR, "visual_model=0.01,text_model=0.1")
     for decay in (0.0, -0.5, 1.5):
         with pytest.raises(ValueError, match="layer_decay"):
             LoopArguments(layer_decay=decay)
         with pytest.raises(ValueError, match="layer_decay"):
-            _parameter_groups(model, 0.1, BASE_LR, layer_decay=decay)
+            parameter_groups(model, 0.1, BASE_LR, layer_decay=decay)
     with pytest.raises(ValueError, match="no transformer tower"):
-        _parameter_groups(torch.nn.Linear(2, 2), 0.1, BASE_LR, layer_decay=0.7)
+        parameter_groups(torch.nn.Linear(2, 2), 0.1, BASE_LR, layer_decay=0.7)
     assert parse_lr_multipliers(" vision_model = 0.01 , text_model=0.1, ") == {"vision_model": 0.01, "text_model": 0.1}
 
 

@@ -25,7 +25,7 @@ from hf_longclip.models.onelip.hard_negatives import (
 from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
 from hf_longclip.models.onelip.negative_bank import NegativeBank, model_digest
 from hf_longclip.models.onelip.task import OneLIPTask
-from hf_longclip.objectives.onelip import OneLIPLoss
+from hf_longclip.models.onelip.objective import OneLIPLoss
 
 
 def unit(rows: np.ndarray) -> np.ndarray:

@@ -13,7 +13,8 @@ from PIL import Image
 from hf_longclip import HiMoCLIPProcessor
 from hf_longclip.data.tokenizer import train_scene_tokenizer
 from hf_longclip.evaluation import encode_images
-from hf_longclip.modeling_common.inputs import UnknownTokensWarning, check_texts, to_rgb_images
+from hf_longclip.modeling_common.captions import UnknownTokensWarning, check_texts
+from hf_longclip.modeling_common.images import to_rgb_images
 
 
 def _gradient(height: int = 40, width: int = 48) -> np.ndarray:

@@ -7,8 +7,9 @@ import math
 import pytest
 from accelerate import Accelerator
 
-from hf_longclip.training.loop import LoopArguments
-from hf_longclip.training.recipe import HubArguments, format_table, run_over_seeds, summarize_seeds
+from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.recipe import HubArguments, run_over_seeds
+from hf_longclip.training.results import format_table, summarize_seeds
 
 RUNS = {  # hand-made results of three seeds
     0: {"clip": {"r1": 40.0, "himo@k": 0.80}, "himo": {"r1": 42.0, "himo@k": 0.90}},

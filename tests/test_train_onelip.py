@@ -22,7 +22,8 @@ from transformers import AutoModel
 
 from hf_longclip import OneLIPModel
 from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.training.recipe import BackboneArguments, base_clip_task
+from hf_longclip.models.himo_clip.base_clip import base_clip_task
+from hf_longclip.training.recipe import BackboneArguments
 from hf_longclip.training.task import saved_options
 
 SCRIPT = REPO / "examples" / "train_onelip.py"

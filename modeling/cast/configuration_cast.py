@@ -6,7 +6,7 @@ CAST's last pooling (16 -> 8) dropped."""
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .code_bundle import CodeBundleMixin
+from .saving import CodeBundleMixin
 
 STEM_STRIDE = 8  # CAST's convolutional stem: three stride-2 convolutions
 

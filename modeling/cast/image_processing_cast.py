@@ -20,8 +20,8 @@ from transformers import BatchFeature
 from transformers.image_processing_utils import BaseImageProcessor
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-from .code_bundle import CodeBundleMixin
-from .inputs import to_rgb_images
+from .images import to_rgb_images
+from .saving import CodeBundleMixin
 
 from .configuration_cast import STEM_STRIDE
 
@@ -87,7 +87,7 @@ class CASTImageProcessor(CodeBundleMixin, BaseImageProcessor):
     each image's superpixel ids 0..n-1 (n <= num_segments; fewer segments leave padding ids the model masks).
 
     Images of any mode (grayscale, RGBA, 16-bit, arrays, tensors) are converted to RGB as the library's other
-    processors do (`modeling_common.inputs.to_rgb_images`); each is resized (shortest edge to `size`, bicubic) and
+    processors do (`modeling_common.images.to_rgb_images`); each is resized (shortest edge to `size`, bicubic) and
     centre-cropped to `size` x `size`; superpixels are computed on that crop.
 
     size (`int`, defaults to 224):

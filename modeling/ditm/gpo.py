@@ -3,22 +3,11 @@
 Semantic Embedding", CVPR 2021), the image pooling that DITM puts atop its ViT (DITM Sec. IV-C-1): a learned
 weighted sum of each dimension's sorted values."""
 
-import math
-
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-
-def sinusoidal_encoding(length: int, dim: int, device=None, dtype=torch.float32) -> torch.Tensor:
-    """(length, dim) sin/cos encoding of the indices 0..length-1 (the Transformer's, as VSE-infinity): column 2i is
-    sin(k / 10000^(2i/dim)), column 2i+1 the cosine of the same angle."""
-    if dim % 2:
-        raise ValueError(f"the sin/cos encoding needs an even dimension, got {dim}")
-    positions = torch.arange(length, device=device, dtype=torch.float32)[:, None]
-    frequencies = torch.exp(torch.arange(0, dim, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    angles = positions * frequencies
-    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1).to(dtype)
+from .positions import sinusoidal_encoding
 
 
 class GPO(nn.Module):

@@ -9,24 +9,34 @@ import torch.nn.functional as F
 from transformers.models.clip.modeling_clip import CLIPOutput
 from transformers.utils import is_tracing
 
-from .code_bundle import CodeBundleMixin
+from .saving import CodeBundleMixin
 
 
 @dataclass
 class DualEncoderOutput(CLIPOutput):
     r"""
-    [`CLIPOutput`] plus the named terms of the training objective when `return_loss=True`.
+    [`CLIPOutput`] plus the scale (and bias) of its logits, as open_clip's models return them, so that a training
+    objective reads everything it needs from the output.
 
-    loss_terms (`dict[str, torch.FloatTensor]`, *optional*):
-        The objective's terms (e.g. `global_loss`, `component_loss`); `loss` is their sum.
+    loss (`torch.FloatTensor` of shape `(1,)`, *optional*, returned when `return_loss` is `True`):
+        The model's loss over the given local batch alone (each model's docstring says which); training objectives
+        over the global batch are `hf_longclip.objectives`, applied by the model's task.
+    logit_scale (`torch.FloatTensor` of shape `(1,)`):
+        The exponentiated learned temperature the logits are scaled by.
+    logit_bias (`torch.FloatTensor` of shape `(1,)`, *optional*):
+        The learned bias added to the logits (sigmoid-loss models).
     """
 
-    loss_terms: dict[str, torch.FloatTensor] | None = None
+    logit_scale: torch.FloatTensor | None = None
+    logit_bias: torch.FloatTensor | None = None
 
 
-def sum_of_terms(terms: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The loss an objective's named terms add up to."""
-    return sum(terms.values())
+def local_contrastive_loss(logits_per_text: torch.Tensor) -> torch.Tensor:
+    """CLIP's symmetric InfoNCE over one batch of pairs, text i matching image i: what `forward(return_loss=True)`
+    returns, as transformers' `CLIPModel` does (no gather across processes: training objectives are
+    `hf_longclip.objectives`)."""
+    labels = torch.arange(logits_per_text.shape[0], device=logits_per_text.device)
+    return (F.cross_entropy(logits_per_text, labels) + F.cross_entropy(logits_per_text.T, labels)) / 2
 
 
 class DualEncoderMixin(CodeBundleMixin):
@@ -56,12 +66,14 @@ class DualEncoderMixin(CodeBundleMixin):
         text_embeds = F.normalize(text_outputs.pooler_output, dim=-1)
         return vision_outputs, text_outputs, image_embeds, text_embeds
 
-    def pair_output(self, vision_outputs, text_outputs, image_embeds, text_embeds, loss_terms=None):
-        """CLIP's logits (cosine similarity times the logit scale) and every output, with the loss when given."""
-        logits_per_text = self.logit_scale.exp() * text_embeds @ image_embeds.T
+    def pair_output(self, vision_outputs, text_outputs, image_embeds, text_embeds, return_loss=False):
+        """CLIP's logits (cosine similarity times the logit scale) and every output; with `return_loss`, CLIP's
+        symmetric InfoNCE over the local batch (`local_contrastive_loss`)."""
+        logit_scale = self.logit_scale.exp()
+        logits_per_text = logit_scale * text_embeds @ image_embeds.T
         return DualEncoderOutput(
-            loss=None if loss_terms is None else sum_of_terms(loss_terms),
-            loss_terms=loss_terms,
+            loss=local_contrastive_loss(logits_per_text) if return_loss else None,
+            logit_scale=logit_scale,
             logits_per_image=logits_per_text.T,
             logits_per_text=logits_per_text,
             text_embeds=text_embeds,

@@ -8,13 +8,15 @@ causal text transformer, L1 = 8 blocks) encodes every chunk of the batch indepen
 pools each at its end-of-text token (t^sub, Eq. 1-2); a residual MLP adapter refines them; stage 2 (L2 = 4
 bidirectional blocks over [CLS] and the N chunk embeddings, with learned positions) gives the long-caption
 embedding t^long at [CLS] (Eq. 3).
-Training (`forward(return_loss=True)`): the two-level sigmoid loss `hf_longclip.objectives.fcast.FCASTLoss`
-(Eq. 6-8), with the text-grounded attention pooling (FLAIR's AttnPool) owned by the model. Inference uses the
-whole level only: the image [CLS] against t^long, both independent of the other modality.
+Training: the two-level sigmoid loss `hf_longclip.models.fcast.objective.FCASTLoss` (Eq. 6-8), applied by
+`hf_longclip.models.fcast.task.FCASTTask` through the text-grounded attention pooling (FLAIR's AttnPool), which the
+model owns because inference uses it too (`get_grounding`). Retrieval uses the whole level only: the image [CLS]
+against t^long, both independent of the other modality.
 
-The config's switches build the rows of Table 2 from FLAIR to F-CAST with the same code: a ViT (transformers'
-`CLIPVisionModel`, grounding in its top-layer patch tokens) instead of CAST, CLIP's flat text encoder (stage 1 alone,
-the caption one chunk) instead of the hierarchical one, FLAIR's flat loss (`FLAIRLoss`) instead of the two-level one.
+The config's switches build the architectures of Table 2 from FLAIR to F-CAST with the same code: a ViT
+(transformers' `CLIPVisionModel`, grounding in its top-layer patch tokens) instead of CAST, CLIP's flat text encoder
+(stage 1 alone, the caption one chunk) instead of the hierarchical one; FLAIR's flat loss (`FLAIRLoss`) instead of
+the two-level one is the task's.
 """
 
 from dataclasses import dataclass
@@ -34,11 +36,10 @@ from .dual_encoder import (
     DualEncoderOutput,
     end_of_text_positions,
 )
-from .pooling import AttentionPool
 from .modeling_cast import CASTVisionModel
-from .fcast import FCASTLoss, FLAIRLoss
 
 from .configuration_fcast import FCASTConfig, FCASTTextConfig
+from .pooling import AttentionPool
 
 
 @dataclass
@@ -56,6 +57,22 @@ class FCASTTextOutput(BaseModelOutputWithPooling):
     """
 
     sub_caption_embeds: torch.FloatTensor | None = None
+
+
+@dataclass
+class FCASTOutput(DualEncoderOutput):
+    r"""
+    [`DualEncoderOutput`] (the whole level: `logit_scale`, `logit_bias`) plus the part level's temperature and bias
+    (Eq. 7), which training objectives read.
+
+    part_logit_scale (`torch.FloatTensor` of shape `(1,)`):
+        The exponentiated learned temperature of the part level.
+    part_logit_bias (`torch.FloatTensor` of shape `(1,)`):
+        The learned bias of the part level.
+    """
+
+    part_logit_scale: torch.FloatTensor | None = None
+    part_logit_bias: torch.FloatTensor | None = None
 
 
 @dataclass
@@ -183,7 +200,8 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
     """F-CAST: CAST vision tower, hierarchical text encoder, projections to `projection_dim`, the text-grounded
     attention pooling (Eq. 6) and the learnable temperatures and biases of both levels (shape (1,): DeepSpeed
     rejects 0-dim parameters; `logit_scale`/`logit_bias` are the whole level's, used for inference logits and by
-    FLAIR's loss). Parameters an objective does not use are frozen (DDP rejects parameters without gradient).
+    FLAIR's loss). `forward(return_loss=True)` returns SigLIP's sigmoid loss of the whole level over the given local
+    batch (Eq. 8 without gather); the two-level objective is `FCASTTask`'s.
 
     Texts are `input_ids` (batch, chunks, tokens) from [`FCASTProcessor`]; (batch, tokens) is taken as one chunk per
     caption (a short label, e.g. in the zero-shot pipeline). Images are `pixel_values` with `superpixels`."""
@@ -203,14 +221,7 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         self.logit_bias = nn.Parameter(torch.tensor([config.whole_logit_bias_init_value]))
         self.part_logit_scale = nn.Parameter(torch.tensor([config.part_logit_scale_init_value]))
         self.part_logit_bias = nn.Parameter(torch.tensor([config.part_logit_bias_init_value]))
-        self.objective = FCASTLoss(config.part_loss_weight) if config.objective == "fcast" else FLAIRLoss()
         self.post_init()
-        if config.objective == "flair":  # one temperature and bias, the whole level's
-            unused = (self.part_logit_scale, self.part_logit_bias)
-        else:
-            unused = () if config.part_loss_weight else (self.grounding_pool, self.part_logit_scale, self.part_logit_bias)
-        for module in unused:
-            module.requires_grad_(False)
 
     def get_input_embeddings(self) -> nn.Module:
         return self.text_model.get_input_embeddings()
@@ -266,7 +277,7 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         outputs.pooler_output = self.visual_projection(outputs.pooler_output)
         return outputs
 
-    def _grounding_tokens(self, vision_outputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def grounding_tokens(self, vision_outputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The tokens sub-captions ground in and their padding: CAST's segments of `grounding_stage`, or a ViT's
         top-layer patch tokens (no padding)."""
         if self.config.vision_backbone == "vit":
@@ -287,7 +298,7 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
                                  attention_mask=None if attention_mask is None else attention_mask.reshape(-1, length))
         queries = self.text_projection(stage1.pooler_output).view(batch, subs, -1)
         vision = self.get_image_features(pixel_values, superpixels)
-        pooled, attention = self.grounding_pool(queries, *self._grounding_tokens(vision))
+        pooled, attention = self.grounding_pool(queries, *self.grounding_tokens(vision))
         if self.config.vision_backbone == "vit":
             assignments, labels = [], patch_labels(batch, *pixel_values.shape[-2:], self.config.vision_config.patch_size,
                                                    pixel_values.device)
@@ -300,13 +311,13 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
     def forward(self, input_ids: torch.LongTensor | None = None, pixel_values: torch.FloatTensor | None = None,
                 superpixels: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.LongTensor | None = None, return_loss: bool | None = None,
-                **kwargs) -> DualEncoderOutput:
+                **kwargs) -> FCASTOutput:
         r"""
         superpixels (`torch.LongTensor` of shape `(batch, height, width)`):
             Superpixel ids of every pixel, from [`FCASTProcessor`] (CAST's image processor).
         return_loss (`bool`, *optional*):
-            The two-level loss (Eq. 7-8), or FLAIR's with `objective="flair"`: `input_ids` then hold K >= N
-            sub-captions per image, the first N the chunks of its long caption.
+            Whether to return the whole level's sigmoid loss over this batch (Eq. 8, image i matching caption i, no
+            gather).
         """
         if input_ids is None or pixel_values is None:
             raise ValueError("F-CAST's forward needs both input_ids and pixel_values (with superpixels)")
@@ -316,26 +327,22 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         text_outputs = self.get_text_features(input_ids, attention_mask, position_ids, **kwargs)
         image_embeds = F.normalize(vision_outputs.pooler_output, dim=-1)
         text_embeds = F.normalize(text_outputs.pooler_output, dim=-1)
-        loss_terms = None
+        logit_scale = self.logit_scale.exp()
+        logits_per_text = logit_scale * text_embeds @ image_embeds.T + self.logit_bias
+        loss = None
         if return_loss:
-            subs, chunks = text_outputs.sub_caption_embeds.shape[1], self.config.text_config.num_chunks
-            if subs < chunks:
-                raise ValueError(f"training needs K >= N sub-captions per image (the first N are the long caption's "
-                                 f"chunks), got K = {subs} < N = {chunks}")
-            sub_embeds, tokens = text_outputs.sub_caption_embeds, self._grounding_tokens(vision_outputs)
-            if self.config.objective == "flair":  # the global image against its sub-captions (and t^long)
-                long_embeds = None if self.text_stage2 is None else text_embeds
-                loss_terms = self.objective(image_embeds, sub_embeds, long_embeds, *tokens, self.grounding_pool,
-                                            self.logit_scale.exp(), self.logit_bias)
-            else:
-                loss_terms = self.objective(image_embeds, text_embeds, sub_embeds, *tokens, self.grounding_pool,
-                                            self.part_logit_scale.exp(), self.part_logit_bias, self.logit_scale.exp(),
-                                            self.logit_bias)
-        output = self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, loss_terms)
-        output.logits_per_text = output.logits_per_text + self.logit_bias
-        output.logits_per_image = output.logits_per_text.T
-        return output
+            if image_embeds.shape[0] != text_embeds.shape[0]:
+                raise ValueError(f"the loss pairs image i with caption i: got {image_embeds.shape[0]} images and "
+                                 f"{text_embeds.shape[0]} captions")
+            signs = 2 * torch.eye(logits_per_text.shape[0], device=logits_per_text.device) - 1
+            loss = -F.logsigmoid(signs * logits_per_text).sum() / image_embeds.shape[0]
+        return FCASTOutput(
+            loss=loss, logits_per_image=logits_per_text.T, logits_per_text=logits_per_text, text_embeds=text_embeds,
+            image_embeds=image_embeds, text_model_output=text_outputs, vision_model_output=vision_outputs,
+            logit_scale=logit_scale, logit_bias=self.logit_bias.clone(), part_logit_scale=self.part_logit_scale.exp(),
+            part_logit_bias=self.part_logit_bias.clone(),  # copies: ZeRO-3 may release the parameters after forward
+        )
 
 
-__all__ = ["FCASTGroundingOutput", "FCASTModel", "FCASTPreTrainedModel", "FCASTTextOutput", "patch_labels",
-           "segments_to_pixels"]
+__all__ = ["FCASTGroundingOutput", "FCASTModel", "FCASTOutput", "FCASTPreTrainedModel", "FCASTTextOutput",
+           "patch_labels", "segments_to_pixels"]

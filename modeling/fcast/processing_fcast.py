@@ -4,9 +4,10 @@ superpixels (CAST's image processor)."""
 
 import random
 
-from .chunking import balanced_chunks, random_chunks
 from .processing import DualEncoderProcessor
 from .image_processing_cast import CASTImageProcessor
+
+from .chunking import balanced_chunks, random_chunks
 
 
 class FCASTProcessor(DualEncoderProcessor):

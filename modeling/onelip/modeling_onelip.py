@@ -4,14 +4,15 @@
 A dual encoder: CLIP's vision tower and a long text encoder, CLIP's text encoder with its absolute position table
 removed and rotary embeddings (Eq. 2) with NTK-scaled frequencies (Sec. 4.1) on the queries and keys of every
 self-attention layer. Retrieval embeddings are CLIP's: the projected image [CLS] and end-of-text embeddings, the
-text one independent of any image. Training (`forward(return_loss=True)`) is Eq. 10 through
-`hf_longclip.objectives.onelip.OneLIPLoss`, given the frozen base encoder's token states (`teacher_hidden_states`),
-which `hf_longclip.training.task.OneLIPTask` computes: the teacher is training state, not part of this model.
+text one independent of any image. Training is Eq. 10 (`hf_longclip.models.onelip.objective.OneLIPLoss`), applied by
+`hf_longclip.models.onelip.task.OneLIPTask`, which also holds the frozen base encoder (the teacher): training
+state, not part of this model.
 """
 
 import copy
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import CLIPModel, CLIPVisionModel
 from transformers import PreTrainedModel as PreTrainedModel  # noqa: PLC0414 (see diffusion_text_encoder)
@@ -34,7 +35,6 @@ from .dual_encoder import (
     end_of_text_positions,
 )
 from .positions import RotaryEmbedding, apply_rotary, ntk_inverse_frequencies
-from .onelip import OneLIPLoss, TRIMRefine
 
 from .configuration_onelip import ONELIP_TEXT_POSITIONS, OneLIPConfig, OneLIPTextConfig
 
@@ -113,6 +113,21 @@ class OneLIPEncoder(nn.Module):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
+class TRIMRefine(nn.Module):
+    """TRIM-Refine (Eq. 6): Z_agg = Attn(Q, Z', Z'), L2 learnable queries Q in single-head scaled dot-product
+    attention over the tokens TRIM-Select kept (`kept` False at padding slots, masked). Trained with the model and
+    saved with it; used by the token-wise distillation (`hf_longclip.models.onelip.objective.OneLIPLoss`), not by
+    inference."""
+
+    def __init__(self, num_queries: int, dim: int):
+        super().__init__()
+        self.queries = nn.Parameter(torch.empty(num_queries, dim))
+
+    def forward(self, tokens: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+        queries = self.queries.to(tokens.dtype).expand(tokens.shape[0], -1, -1)
+        return F.scaled_dot_product_attention(queries, tokens, tokens, attn_mask=kept[:, None, :])
+
+
 class OneLIPPreTrainedModel(CLIPPreTrainedModel):
     """CLIP's initialisation and attention support, plus the parts OneLIP adds."""
 
@@ -181,9 +196,8 @@ class OneLIPTextModel(OneLIPPreTrainedModel):
         hidden_states = self.embeddings(input_ids)
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device)[None]
-        mask = create_causal_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, past_key_values=None,
-        )
+        # no cache: passed by position, the parameter's name changed in transformers 5.24 (past_key_values -> cache)
+        mask = create_causal_mask(self.config, hidden_states, attention_mask, None)
         kwargs.pop("is_causal", None)
         hidden_states = self.encoder(
             hidden_states, mask, position_embeddings=self.rotary(position_ids), is_causal=True, **kwargs
@@ -193,18 +207,11 @@ class OneLIPTextModel(OneLIPPreTrainedModel):
         return BaseModelOutputWithPooling(last_hidden_state=last_hidden_state, pooler_output=pooled)
 
 
-def text_token_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, eos_token_id: int) -> torch.Tensor:
-    """(B, L) True at each text's valid tokens: up to its end-of-text token and inside the attention mask."""
-    ends = end_of_text_positions(input_ids, eos_token_id)
-    valid = torch.arange(input_ids.shape[-1], device=input_ids.device) <= ends[:, None]
-    return valid if attention_mask is None else valid & attention_mask.bool()
-
-
 class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
     """OneLIP: CLIP's vision tower, the RoPE long text encoder, CLIP's projections and logit scale (shape (1,):
-    DeepSpeed rejects 0-dim parameters), and TRIM-Refine's L2 learnable queries (Eq. 6; trained, used by the loss
-    only). `get_text_features` takes no image; `forward(return_loss=True, teacher_hidden_states=...)` returns Eq. 10's
-    named terms."""
+    DeepSpeed rejects 0-dim parameters), and TRIM-Refine's L2 learnable queries (Eq. 6; trained weights, used by the
+    training objective only). `get_text_features` takes no image; `forward(return_loss=True)` returns CLIP's
+    InfoNCE over the given local batch (Eq. 1 alone; Eq. 10 needs the teacher: `OneLIPTask`)."""
 
     config: OneLIPConfig
     config_class = OneLIPConfig
@@ -218,15 +225,7 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
         self.text_projection = nn.Linear(text_config.hidden_size, config.projection_dim, bias=False)
         self.logit_scale = nn.Parameter(torch.tensor([config.logit_scale_init_value]))
         self.trim_refine = TRIMRefine(text_config.base_length, text_config.hidden_size)
-        self.objective = OneLIPLoss(
-            config.trim_alpha, config.trim_top_k, config.trim_rank,
-            (config.coarse_weight, config.token_weight, config.contrastive_weight),
-            (config.coarse_weight_after, config.token_weight_after, config.contrastive_weight_after),
-            config.weight_switch_step, config.token_distillation, config.trim_decomposition,
-        )
         self.post_init()
-        if config.token_distillation == "pooled":  # no gradient would reach them: keep them out of the optimizer
-            self.trim_refine.requires_grad_(False)
 
     @classmethod
     def from_clip(
@@ -235,7 +234,7 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
     ) -> "OneLIPModel":
         """A OneLIP initialised from a CLIP (Hub id, local directory or in-memory `CLIPModel`): every weight copied
         but the text position table, which RoPE replaces; T_f is CLIP's text length, T_g = `max_length`;
-        `config_kwargs` set OneLIP's options (`trim_top_k`, ...). TRIM-Refine's queries start from their init."""
+        `config_kwargs` set configuration options. TRIM-Refine's queries start from their init."""
         if not isinstance(clip, CLIPModel):
             clip = CLIPModel.from_pretrained(clip)
         state = {k: v for k, v in clip.state_dict().items() if k != _POSITION_TABLE}
@@ -299,45 +298,18 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
         position_ids: torch.LongTensor | None = None,
         return_loss: bool | None = None,
         interpolate_pos_encoding: bool = False,
-        teacher_hidden_states: torch.Tensor | None = None,
-        training_step: int = 0,
-        hard_negative_embeds: torch.Tensor | None = None,
-        hard_negative_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> DualEncoderOutput:
         r"""
-        teacher_hidden_states (`torch.FloatTensor` of shape `(batch, min(tokens, base_length), hidden)`, *optional*):
-            The frozen base encoder's last hidden states on each text's first `base_length` tokens; needed for the
-            loss (Eq. 3, 7). `OneLIPTask` computes them.
-        training_step (`int`, defaults to 0):
-            Optimizer steps done so far, which selects the loss weights of Eq. 10 (Sec. 4.1's schedule).
-        hard_negative_embeds (`torch.FloatTensor` of shape `(batch, M, projection_dim)`, *optional*):
-            PO-HNM (Sec. 3.2): each image's queued hard-negative captions as the base encoder embedded them; they
-            join the image-to-text denominator of Eq. 1. `OneLIPTask` reads them from its queues.
-        hard_negative_mask (`torch.BoolTensor` of shape `(batch, M)`, *optional*):
-            Which of those slots hold a negative.
+        return_loss (`bool`, *optional*):
+            Whether to return CLIP's symmetric InfoNCE over this batch (text i matching image i, no gather).
         """
         if input_ids.shape[0] == 0 or pixel_values.shape[0] == 0:
             raise ValueError("the batch is empty: pass at least one text and one image (a non-empty batch)")
         vision_outputs, text_outputs, image_embeds, text_embeds = self.encode_pair(
             input_ids, pixel_values, attention_mask, position_ids, interpolate_pos_encoding, **kwargs
         )
-        loss_terms = None
-        if return_loss:
-            if teacher_hidden_states is None:
-                raise ValueError(
-                    "OneLIP's loss (Eq. 10) distils from the frozen base encoder: pass teacher_hidden_states, its "
-                    "last hidden states on the first base_length tokens (hf_longclip.training.task.OneLIPTask does)"
-                )
-            states = text_outputs.last_hidden_state
-            with torch.no_grad():
-                token_embeds = self.text_projection(states)  # A(i) of Eq. 5 in the joint space
-            loss_terms = self.objective(
-                image_embeds, text_embeds, self.logit_scale.exp(), states, token_embeds,
-                text_token_mask(input_ids, attention_mask, self.config.text_config.eos_token_id),
-                teacher_hidden_states, self.trim_refine, training_step, hard_negative_embeds, hard_negative_mask,
-            )
-        return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, loss_terms)
+        return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, return_loss)
 
 
-__all__ = ["OneLIPModel", "OneLIPTextModel"]
+__all__ = ["OneLIPModel", "OneLIPTextModel", "TRIMRefine"]

@@ -61,7 +61,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 def _task_list(value: str) -> list[str] | None:
     """`--tasks`: a comma list of `TASKS` names, checked before anything is loaded."""
-    from .eval_tasks import TASKS
+    from .evaluation.tasks import TASKS
 
     tasks = [task.strip() for task in value.split(",") if task.strip()]
     unknown = [task for task in tasks if task not in TASKS]
@@ -93,15 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
     install = add_command("install-metrics", "install the evaluate modules so evaluate.load('<name>') works offline")
     install.set_defaults(run=_install_metrics)
 
-    from .data.benchmarks import BENCHMARKS
-    from .eval_tasks import TASKS, describe_tasks
+    from .data.benchmarks import describe_benchmarks
+    from .data.eval_datasets import dataset_names
+    from .evaluation.tasks import TASKS, describe_tasks
 
     evaluate = add_command("eval", "evaluate a model on a benchmark: JSON report and plots",
                            epilog="tasks (each runs where the rows carry its columns):\n"
-                                  + "\n".join(f"  {line}" for line in describe_tasks()))
+                                  + "\n".join(f"  {line}" for line in describe_tasks())
+                                  + "\n\nbenchmarks read from --data-dir (besides synthetic):\n"
+                                  + "\n".join(f"  {line}" for line in describe_benchmarks()))
     evaluate.add_argument("--model", required=True,
                           help="checkpoint directory or Hub id, ours or a CLIPModel (required)")
-    evaluate.add_argument("--dataset", required=True, choices=["synthetic", *sorted(BENCHMARKS)],
+    evaluate.add_argument("--dataset", required=True, choices=dataset_names(),
                           help="benchmark to evaluate on (required)")
     evaluate.add_argument("--data-dir", help="the benchmark's files, required except for synthetic (for synthetic: "
                                              "its cache directory; default: the datasets cache)")

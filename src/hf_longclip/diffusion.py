@@ -1,4 +1,4 @@
-"""A long text tower as the text encoder of a diffusers pipeline (OneLIP, Sec. 4.4: plug-and-play text-to-image).
+"""A long text tower as the text encoder of a diffusers pipeline (plug-and-play long prompts in text-to-image).
 
 Stable Diffusion conditions its UNet on the text encoder's last hidden state, one vector per token, and pads or
 truncates prompts to `tokenizer.model_max_length` (77 for CLIP). Give the pipeline a long model's text tower and a

@@ -205,7 +205,7 @@ def shard_source(source: str, data_dir: str | None = None, split: str | None = N
         dataset = dataset.map(lambda row: {"image": str(path.parent / row["image"])})
         dataset = dataset.cast_column("image", datasets.Image())
     else:
-        from ..evaluation import load_eval_dataset
+        from .eval_datasets import load_eval_dataset
 
         dataset = load_eval_dataset(source, data_dir, split or "train", max_samples)[0]
         return dataset

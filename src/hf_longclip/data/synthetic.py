@@ -327,3 +327,12 @@ def load_synthetic_scenes(seed: int = 0, cache_dir: str | None = None, **config_
     builder = SyntheticScenes(cache_dir=cache_dir, **{name: getattr(config, name) for name in SCENE_PARAMS})
     builder.download_and_prepare()
     return builder.as_dataset()
+
+
+def hard_negative_indices(dataset) -> list[tuple[int, int]]:
+    """Row indices of the hard-negative pairs of a split: the two rows sharing each `group_id`, in group order (a
+    group cut short by `select` or an odd split size is left out)."""
+    groups: dict[int, list[int]] = {}
+    for index, group in enumerate(dataset["group_id"]):
+        groups.setdefault(group, []).append(index)
+    return [tuple(indices) for indices in groups.values() if len(indices) == 2]

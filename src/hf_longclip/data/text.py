@@ -1,19 +1,7 @@
-"""Sentence splitting and the cumulative caption prefixes t_1..t_K of HiMo@K (HiMo-CLIP Sec. 4.2)."""
+"""The cumulative caption prefixes t_1..t_K of HiMo@K (HiMo-CLIP Sec. 4.2), from sentences split by
+`modeling_common.text.split_sentences`."""
 
 from __future__ import annotations
-
-import re
-
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split ``text`` after ``.``, ``!`` or ``?`` followed by whitespace, keeping the punctuation.
-
-    A plain regex splitter (no nltk), as used to build HiMo@K prefixes (HiMo-CLIP Sec. 4.2).
-    Sentences are stripped and empty ones dropped.
-    """
-    return [part.strip() for part in _SENTENCE_END.split(text) if part.strip()]
 
 
 def segment_ends(n: int, k: int) -> list[int]:

@@ -1,6 +1,8 @@
 """Image-text retrieval recall: one-to-one pairs (`recall_at_k`) and several captions per image
 (`long_text_retrieval`, the COCO / Flickr30K / Urban1k / DOCCI protocol of HiMo-CLIP Tables 1-2, OneLIP Tables 1-2,
-DITM Sec. IV-B and F-CAST Table 1), computed query chunk by query chunk so that memory stays bounded."""
+DITM Sec. IV-B and F-CAST Table 1), computed query chunk by query chunk so that memory stays bounded; R@1 within
+twin pairs (`pair_recall_at_1`) and over images sharing one text (`recall_at_1_by_text`), OneLIP's text-length
+miniature."""
 
 from __future__ import annotations
 
@@ -340,3 +342,40 @@ def cxc_retrieval(
         for key, value in scores.items():
             result[f"{direction}_{key}"] = value
     return result
+
+
+PAIR_TIE_TOLERANCE = 1e-6  # cosine scores closer than this are a tie (same truncated text, other batch padding)
+
+
+def pair_recall_at_1(image_embeds: torch.Tensor, text_embeds: torch.Tensor,
+                     pairs: Sequence[tuple[int, int]]) -> tuple[float, float]:
+    """R@1 image->text and text->image within each pair (a gallery of two: the own item and its twin), in percent.
+    A tie counts half, so chance is 50 and a model that cannot tell the twins apart scores exactly 50."""
+    if not pairs:
+        return float("nan"), float("nan")
+    index = torch.tensor(list(pairs))
+    similarity = torch.einsum("pid,pjd->pij", image_embeds[index], text_embeds[index])  # (pairs, image, text)
+    own = similarity.diagonal(dim1=1, dim2=2)
+
+    def recall(other: torch.Tensor) -> float:
+        margin = own - other
+        return ((margin > PAIR_TIE_TOLERANCE).double() + 0.5 * (margin.abs() <= PAIR_TIE_TOLERANCE).double()
+                ).mean().item() * 100
+
+    return recall(similarity[:, [0, 1], [1, 0]]), recall(similarity[:, [1, 0], [0, 1]])
+
+
+def recall_at_1_by_text(image_embeds: torch.Tensor, text_embeds: torch.Tensor, owners: torch.Tensor) -> tuple[float,
+                                                                                                             float]:
+    """R@1 both ways, in percent, when several images share one text (`owners[i]`: the index in `text_embeds` of
+    image i's text): image->text hits when its own text scores highest (one query per image), text->image when
+    one of the images carrying the text scores highest (one query per distinct text); ties count as hits."""
+    similarity = image_embeds @ text_embeds.T  # (images, distinct texts)
+    own = similarity.gather(1, owners[:, None])
+    i2t = ((similarity > own).sum(dim=1) == 0).double().mean().item() * 100
+    carries = owners[:, None] == torch.arange(text_embeds.shape[0])[None]
+    best_own = similarity.masked_fill(~carries, float("-inf")).amax(dim=0)
+    best_other = similarity.masked_fill(carries, float("-inf")).amax(dim=0)
+    t2i = (best_own >= best_other).double().mean().item() * 100
+    return i2t, t2i
+

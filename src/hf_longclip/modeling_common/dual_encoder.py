@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from transformers.models.clip.modeling_clip import CLIPOutput
 from transformers.utils import is_tracing
 
-from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 
 @dataclass

@@ -1,5 +1,8 @@
-"""Position encodings for long texts, shared by the models: Long-CLIP's stretching of a learned table (HiMo-CLIP)
-and rotary embeddings with NTK-scaled frequencies (OneLIP Eq. 2, Sec. 4.1)."""
+"""Position encodings shared by the models: the Transformer's fixed sin/cos encoding (GPO's index encoding, CAST's
+2-D positions), Long-CLIP's stretching of a learned table (HiMo-CLIP) and rotary embeddings with NTK-scaled
+frequencies (OneLIP Eq. 2, Sec. 4.1)."""
+
+import math
 
 import torch
 from torch import nn
@@ -9,6 +12,17 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 LONGCLIP_KEEP_POSITIONS = 20
 LONGCLIP_STRETCH_FACTOR = 4
+
+
+def sinusoidal_encoding(length: int, dim: int, device=None, dtype=torch.float32) -> torch.Tensor:
+    """(length, dim) sin/cos encoding of the indices 0..length-1 (the Transformer's, as VSE-infinity): column 2i is
+    sin(k / 10000^(2i/dim)), column 2i+1 the cosine of the same angle."""
+    if dim % 2:
+        raise ValueError(f"the sin/cos encoding needs an even dimension, got {dim}")
+    positions = torch.arange(length, device=device, dtype=torch.float32)[:, None]
+    frequencies = torch.exp(torch.arange(0, dim, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    angles = positions * frequencies
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1).to(dtype)
 
 
 def stretch_position_embeddings(

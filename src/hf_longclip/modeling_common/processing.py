@@ -1,10 +1,12 @@
 """The processor every dual-encoder model of the library shares: CLIP image preprocessing plus a tokenizer that
-pads/truncates to the model's text positions, with the input checks of `modeling_common.inputs`."""
+pads/truncates to the model's text positions, with the caption checks of `modeling_common.captions` and the
+image conversion of `modeling_common.images`."""
 
 from transformers import BatchEncoding, ProcessorMixin
 
-from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
-from hf_longclip.modeling_common.inputs import check_texts, to_rgb_images, warn_unknown_tokens
+from hf_longclip.modeling_common.captions import check_texts, warn_unknown_tokens
+from hf_longclip.modeling_common.images import to_rgb_images
+from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 
 class DualEncoderProcessor(CodeBundleMixin, ProcessorMixin):
@@ -12,7 +14,7 @@ class DualEncoderProcessor(CodeBundleMixin, ProcessorMixin):
     and `pixel_values` for a dual-encoder model.
 
     Captions must be non-empty strings; images may be PIL images of any mode (16-bit included), numpy arrays or
-    torch tensors (HxW, HxWxC, CxHxW), converted to 8-bit RGB by `modeling_common.inputs.to_rgb_images`. The first
+    torch tensors (HxW, HxWxC, CxHxW), converted to 8-bit RGB by `modeling_common.images.to_rgb_images`. The first
     time most of a caption's tokens are unknown to the tokenizer, an `UnknownTokensWarning` names the rate (once per
     processor)."""
 

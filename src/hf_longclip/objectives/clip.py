@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from hf_longclip.modeling_common.losses import check_paired_embeddings, contrastive_loss, gather_with_grad
+from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_with_grad
 
 
 class ClipLoss(nn.Module):

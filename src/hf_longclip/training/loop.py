@@ -1,5 +1,7 @@
 """The one Accelerate training loop the example scripts share: single process, DDP or DeepSpeed ZeRO-2/3, with
-gradient accumulation, checkpointing, mixed precision, periodic validation, trackers and exact resume."""
+gradient accumulation, checkpointing, mixed precision, periodic validation, trackers and exact resume. Its flags are
+`arguments.LoopArguments`; AdamW's parameter groups come from `optimizer`, batches streamed from shards from
+`streaming`."""
 
 from __future__ import annotations
 
@@ -7,9 +9,8 @@ import contextlib
 import logging
 import math
 import os
-import re
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -23,7 +24,6 @@ from accelerate.utils import (
     set_seed,
 )
 from torch.utils.data import DataLoader, Dataset, Sampler
-from torchdata.stateful_dataloader import StatefulDataLoader
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 from transformers.integrations import (
@@ -31,7 +31,7 @@ from transformers.integrations import (
     unset_hf_deepspeed_config,
 )
 
-from ..data.shards import SKIPPED, ShardStream, expand_shards, shard_sample_counts
+from .arguments import LoopArguments
 from .checkpoint import (
     TASK_FILES,
     read_process_state,
@@ -40,93 +40,11 @@ from .checkpoint import (
     save_checkpoint,
     write_atomic_directory,
 )
+from .optimizer import parameter_groups
+from .streaming import StreamedBatches
 from .task import Task, sum_of_terms
 
 logger = get_logger(__name__)
-
-
-@dataclass
-class LoopArguments:
-    """Optimisation, checkpointing and logging settings shared by every example script (HfArgumentParser turns
-    them into flags)."""
-
-    output_dir: str = field(default="outputs", metadata={"help": "where checkpoints and results go"})
-    seed: int = field(default=0, metadata={"help": "seed of model init, data order and dropout"})
-    seeds: str = field(default="", metadata={
-        "help": "comma list of seeds, e.g. '0,1,2': the whole run once per seed, each under <output_dir>/seed-<s>/, "
-                "then every table cell as mean +- std over them ('': one run with --seed)"})
-    num_train_epochs: float = field(default=1.0, metadata={"help": "passes over the training split"})
-    max_steps: int = field(default=-1, metadata={"help": "if > 0, stop after this many optimizer steps (overrides "
-                                                         "epochs)"})
-    per_device_train_batch_size: int = field(default=64, metadata={"help": "batch per process (contrastive "
-                                                                           "losses see the global batch)"})
-    per_device_eval_batch_size: int = field(default=128, metadata={"help": "batch per process for the validation "
-                                                                          "loss and the final evaluation"})
-    gradient_accumulation_steps: int = field(default=1, metadata={
-        "help": "optimizer step every N micro-batches. The contrastive loss still sees one micro-batch of "
-                "negatives per process: this saves memory, it does not enlarge the contrastive batch"})
-    learning_rate: float = field(default=5e-4, metadata={"help": "peak AdamW learning rate, reached after the "
-                                                                 "warmup, then cosine decay to 0"})
-    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay of matrices (not of biases, norms, "
-                                                               "scales)"})
-    adam_beta2: float = field(default=0.98, metadata={"help": "AdamW beta2 (beta1 is 0.9)"})
-    lr_multipliers: str = field(default="", metadata={
-        "help": "per-module learning-rate factors, comma-separated 'prefix=factor' matched against parameter "
-                "names (dot-separated components; the longest matching prefix wins; unmatched parameters keep "
-                "1), e.g. 'vision_model=0.01,text_model=0.1' (DITM's per-tower multipliers). '': none"})
-    layer_decay: float = field(default=1.0, metadata={
-        "help": "layer-wise learning-rate decay in (0, 1], per transformer tower (a module holding "
-                "'encoder.layers.<i>'): with L blocks, its embeddings and pre-norm are layer 0, block i is "
-                "layer i+1 and its other parameters (final norm) layer L+1; layer l gets decay^(L+1-l). "
-                "Multiplies lr_multipliers; parameters outside towers keep 1. 1.0: off"})
-    warmup_steps: int = field(default=50, metadata={"help": "optimizer steps of linear warmup (at most half the "
-                                                            "run)"})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0: off); also DeepSpeed's"})
-    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
-    ddp_find_unused_parameters: bool = field(default=False, metadata={
-        "help": "let DDP handle parameters without a gradient in a step (e.g. a backbone frozen for a warm-up); "
-                "costs a graph traversal per step"})
-    mixed_precision: str | None = field(default=None, metadata={
-        "help": "'no', 'fp16' or 'bf16'; None: what the accelerate launch config says"})
-    logging_steps: int = field(default=20, metadata={"help": "log the loss terms and learning rate every N "
-                                                             "optimizer steps (and at the first and last)"})
-    report_to: str = field(default="none", metadata={"help": "accelerate trackers: 'tensorboard', 'wandb', "
-                                                             "'all' or 'none'"})
-    eval_steps: int = field(default=0, metadata={"help": "validation loss every N steps (0: never)"})
-    checkpointing_steps: int = field(default=0, metadata={"help": "save the full training state every N steps "
-                                                                  "(0: never)"})
-    save_total_limit: int = field(default=2, metadata={"help": "keep the newest N checkpoints (0: all)"})
-    train_shards: str | None = field(default=None, metadata={
-        "help": "stream training data from WebDataset shards ('path/{00000..00127}.tar', local or hf://; written by "
-                "`hf-longclip shard`) instead of the script's training split"})
-    shuffle_buffer: int = field(default=1000, metadata={"help": "streamed samples shuffled together (--train_shards)"})
-    dataloader_num_workers: int = field(default=0, metadata={
-        "help": "data-loader worker processes that decode and preprocess (collate) training samples"})
-    resume_from_checkpoint: str | None = field(default=None, metadata={
-        "help": "'latest' (newest valid checkpoint of each run, if any) or a checkpoint directory"})
-
-    def __post_init__(self):
-        if self.gradient_accumulation_steps < 1:
-            raise ValueError(f"gradient_accumulation_steps must be >= 1, got {self.gradient_accumulation_steps}")
-        if self.mixed_precision not in (None, "no", "fp16", "bf16"):
-            raise ValueError(f"mixed_precision must be 'no', 'fp16' or 'bf16', got {self.mixed_precision!r}")
-        for name in ("logging_steps", "per_device_train_batch_size", "per_device_eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        self.seed_list()  # malformed seed lists fail here
-        parse_lr_multipliers(self.lr_multipliers)  # malformed specs fail here, unmatched prefixes at train
-        check_layer_decay(self.layer_decay)
-
-
-    def seed_list(self) -> list[int]:
-        """The seeds of `--seeds`, distinct, in order; [] without it."""
-        try:
-            seeds = [int(text) for text in self.seeds.split(",") if text.strip()]
-        except ValueError:
-            raise ValueError(f"seeds must be a comma list of integers, got {self.seeds!r}") from None
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be distinct, got {self.seeds!r}")
-        return seeds
 
 
 def make_accelerator(args: LoopArguments) -> Accelerator:
@@ -217,191 +135,6 @@ class EpochShuffleSampler(Sampler[int]):
         yield from torch.randperm(self.num_samples, generator=generator).tolist()
 
 
-class StreamedBatches:
-    """Training batches streamed from WebDataset shards (`args.train_shards`, see `hf_longclip.data.shards`): this
-    process's shards through torchdata's `StatefulDataLoader` (`args.dataloader_num_workers` workers decode and
-    collate), moved to the device. An epoch ends for every process when one of them runs out (one all-reduce of a
-    flag per batch: shards need not hold equal counts and corrupt samples are skipped), and `len()` is the estimate
-    from the shards' manifest that sizes the learning-rate schedule. `state_dict` holds the loader's per-worker
-    positions and the count of corrupt samples skipped, for exact resume."""
-
-    def __init__(self, args: LoopArguments, collate_fn, accelerator: Accelerator):
-        urls = expand_shards(args.train_shards)
-        rank, world = accelerator.process_index, accelerator.num_processes
-        self.stream = ShardStream(urls, rank, world, seed=args.seed, buffer_size=args.shuffle_buffer)
-        self.loader = StatefulDataLoader(
-            self.stream, batch_size=args.per_device_train_batch_size, num_workers=args.dataloader_num_workers,
-            collate_fn=_CountingCollator(collate_fn), drop_last=True,
-            generator=torch.Generator().manual_seed(args.seed),  # worker seeds: not drawn from the training RNG
-        )
-        # datasets deals each process len(urls) / world shards anew each epoch (after shuffling their order): the
-        # smallest share it can get is the sum of the smallest shards
-        smallest = sum(sorted(shard_sample_counts(urls))[: len(urls) // world])
-        workers = max(1, args.dataloader_num_workers)  # each drops its last partial batch
-        self.estimated_batches = smallest // args.per_device_train_batch_size - (workers - 1)
-        if self.estimated_batches < 1:
-            raise ValueError(f"{smallest} samples in the smallest process's shards make no full batch of "
-                             f"{args.per_device_train_batch_size} per worker ({workers} workers)")
-        self.accelerator, self.corrupt_samples = accelerator, 0
-
-    def __len__(self) -> int:
-        return self.estimated_batches
-
-    def epoch(self, epoch: int):
-        """The batches of `epoch` (from the resume point if a state was loaded), on the device."""
-        self.stream.set_epoch(epoch)
-        device = self.accelerator.device
-        for batch, skipped in _until_any_process_ends(iter(self.loader), self.accelerator):
-            self.corrupt_samples += skipped
-            yield {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
-
-    def state_dict(self) -> dict:
-        return {"loader": self.loader.state_dict(), "corrupt_samples": self.corrupt_samples}
-
-    def load_state_dict(self, state: dict, epoch: int) -> None:
-        self.stream.set_epoch(epoch)
-        self.loader.load_state_dict(state["loader"])
-        self.corrupt_samples = state["corrupt_samples"]
-
-
-@dataclass
-class _CountingCollator:
-    """The task's collate function on streamed rows, returning (batch, corrupt samples skipped before them)."""
-
-    collate_fn: object
-
-    def __call__(self, rows: list[dict]):
-        skipped = sum(row.pop(SKIPPED) for row in rows)
-        return self.collate_fn(rows), skipped
-
-
-def _until_any_process_ends(iterator, accelerator: Accelerator):
-    """Items of `iterator` while every process still has one."""
-    while True:
-        item = next(iterator, None)
-        alive = torch.tensor([item is not None], dtype=torch.int64, device=accelerator.device)
-        if accelerator.num_processes > 1:
-            alive = accelerator.reduce(alive, reduction="sum") // accelerator.num_processes
-        if not alive.item():
-            return
-        yield item
-
-
-def parse_lr_multipliers(spec: str) -> dict[str, float]:
-    """'vision_model=0.01,text_model=0.1' -> {'vision_model': 0.01, 'text_model': 0.1} ('' -> {})."""
-    multipliers = {}
-    for item in spec.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        prefix, sep, value = item.partition("=")
-        prefix = prefix.strip().strip(".")
-        try:
-            factor = float(value) if sep else float("nan")
-        except ValueError:
-            factor = float("nan")
-        if not prefix or not math.isfinite(factor) or factor <= 0:
-            raise ValueError(f"lr_multipliers: {item!r} is not 'prefix=factor' with a positive factor "
-                             f"(in {spec!r})")
-        if prefix in multipliers:
-            raise ValueError(f"lr_multipliers: prefix {prefix!r} given twice (in {spec!r})")
-        multipliers[prefix] = factor
-    return multipliers
-
-
-def check_layer_decay(decay: float) -> None:
-    if not 0.0 < decay <= 1.0:
-        raise ValueError(f"layer_decay must be in (0, 1], got {decay}")
-
-
-_WRAPPER_PREFIXES = ("module.", "base_model.model.", "_orig_mod.")  # DDP, peft, torch.compile
-_BLOCK = re.compile(r"^(?P<tower>.+?)\.encoder\.layers\.(?P<block>\d+)\.")
-_EMBEDDING_PARTS = ("embeddings", "pre_layrnorm", "pre_layernorm")
-
-
-def _bare_name(name: str) -> str:
-    stripped = True
-    while stripped:
-        stripped = False
-        for prefix in _WRAPPER_PREFIXES:
-            if name.startswith(prefix):
-                name, stripped = name[len(prefix):], True
-    return name
-
-
-def _has_prefix(name: str, prefix: str) -> bool:
-    return name == prefix or name.startswith(prefix + ".")
-
-
-def _layer_decay_factors(names: list[str], decay: float) -> dict[str, float]:
-    """BEiT-style layer-wise decay per tower; see `LoopArguments.layer_decay`. Names outside towers are absent."""
-    depth = {}  # tower prefix -> number of blocks
-    for name in names:
-        match = _BLOCK.match(name)
-        if match:
-            depth[match["tower"]] = max(depth.get(match["tower"], 0), int(match["block"]) + 1)
-    if not depth:
-        raise ValueError("layer_decay != 1 but the model has no transformer tower ('<tower>.encoder.layers.<i>.')")
-    factors = {}
-    for name in names:
-        match = _BLOCK.match(name)
-        if match:
-            tower, layer = match["tower"], int(match["block"]) + 1
-        else:
-            tower = next((t for t in sorted(depth, key=len, reverse=True) if name.startswith(t + ".")), None)
-            if tower is None:
-                continue
-            first = name[len(tower) + 1:].split(".")[0]
-            layer = 0 if first in _EMBEDDING_PARTS else depth[tower] + 1
-        factors[name] = decay ** (depth[tower] + 1 - layer)
-    return factors
-
-
-def _parameter_groups(model: torch.nn.Module, weight_decay: float, learning_rate: float | None = None,
-                      lr_multipliers: str = "", layer_decay: float = 1.0) -> list[dict]:
-    """open_clip's split: decay matrices; leave 1-D parameters alone (biases, norm gains, class token, and the
-    logit scale, a shape-(1,) parameter).
-
-    With `lr_multipliers` or `layer_decay` (see `LoopArguments`), each trainable parameter gets a factor (its
-    prefix's multiplier times its layer's decay, matched on names without DDP/peft wrapper prefixes) and the
-    groups split further by factor, each with lr = learning_rate * factor: largest factor first, decay before
-    no-decay within a factor, empty groups dropped. The cosine schedule scales every group's lr by the same
-    lambda, so the ratios hold throughout. Without them: exactly two groups, decay then no-decay, no 'lr' key.
-    """
-    multipliers = parse_lr_multipliers(lr_multipliers)
-    check_layer_decay(layer_decay)
-    if not multipliers and layer_decay == 1.0:
-        decay, no_decay = [], []
-        for param in model.parameters():
-            if not param.requires_grad:
-                continue
-            (no_decay if param.ndim < 2 else decay).append(param)
-        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if learning_rate is None:
-        raise ValueError("learning_rate is needed for lr_multipliers or layer_decay")
-
-    named = [(_bare_name(name), param) for name, param in model.named_parameters()]
-    names = [name for name, _ in named]
-    unmatched = [prefix for prefix in multipliers if not any(_has_prefix(name, prefix) for name in names)]
-    if unmatched:
-        raise ValueError(f"lr_multipliers: prefix(es) {unmatched} match no parameter of the model (names look "
-                         f"like {names[:3]})")
-    layer_factors = _layer_decay_factors(names, layer_decay) if layer_decay != 1.0 else {}
-    by_prefix_length = sorted(multipliers, key=len, reverse=True)
-
-    groups: dict[tuple[float, bool], list] = {}
-    for name, param in named:
-        if not param.requires_grad:
-            continue
-        prefix = next((p for p in by_prefix_length if _has_prefix(name, p)), None)
-        factor = (multipliers[prefix] if prefix is not None else 1.0) * layer_factors.get(name, 1.0)
-        groups.setdefault((factor, param.ndim >= 2), []).append(param)
-    return [
-        {"params": params, "weight_decay": weight_decay if decays else 0.0, "lr": learning_rate * factor}
-        for (factor, decays), params in sorted(groups.items(), key=lambda item: (-item[0][0], not item[0][1]))
-    ]
-
-
 @contextlib.contextmanager
 def whole_model_init(accelerator: Accelerator):
     """Build (or load) models whole inside this context, even under ZeRO-3, where transformers would otherwise
@@ -460,7 +193,7 @@ def train(
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     optimizer = torch.optim.AdamW(
-        _parameter_groups(model, args.weight_decay, args.learning_rate, args.lr_multipliers, args.layer_decay),
+        parameter_groups(model, args.weight_decay, args.learning_rate, args.lr_multipliers, args.layer_decay),
         lr=args.learning_rate, betas=(0.9, args.adam_beta2),
     )
     if args.train_shards:  # streamed: the loader is ours (each process reads its own shards), not accelerate's

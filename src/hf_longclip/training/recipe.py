@@ -8,15 +8,12 @@ push each checkpoint with its model card.
 
 A script keeps only what is its model's own: how to build each variant, how to evaluate it, its card template and
 card info (from the model's package), and its own plots. `run_over_seeds` repeats a script's whole run for each
-seed of `--seeds` and reports every table cell as mean +- std; `short_caption_base` is the pretrained CLIP-77 that
-train_himo and train_onelip fine-tune, built once and cached.
+seed of `--seeds` and reports every table cell as mean +- std (`hf_longclip.training.results`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -26,25 +23,22 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from accelerate.logging import get_logger
-from accelerate.utils import set_seed
 from transformers import (
     AutoImageProcessor,
     AutoModel,
     AutoTokenizer,
     CLIPImageProcessorPil,
-    CLIPModel,
     HfArgumentParser,
 )
 
-from ..data.collate import ImageTextCollator
 from ..data.tokenizer import scene_corpus, train_scene_tokenizer
 from ..fileio import write_atomic
-from ..models.himo_clip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
-from ..models.himo_clip.task import HiMoCLIPTask
 from ..plots import plot_loss_curves, plot_seed_summary
+from .arguments import LoopArguments
 from .hub import ModelCardInfo, build_model_card, push_to_hub
-from .loop import LoopArguments, make_accelerator, save_model, train, whole_model_init
+from .loop import make_accelerator, save_model, train, whole_model_init
 from .lora import LoraArguments, apply_lora, count_parameters, merge_lora
+from .results import format_table, summarize_seeds
 from .task import OPTIONS_FILE, Task, save_options
 
 logger = get_logger(__name__)
@@ -121,87 +115,6 @@ class BackboneArguments:
             vision_config=dict(width, image_size=self.image_size, patch_size=self.patch_size),
             projection_dim=self.hidden_size,
         )
-
-
-def base_clip_task(backbone: BackboneArguments, dataset, positions: int, seed: int):
-    """(task, processor) of a small CLIP with `positions` text positions from scratch, trained with global InfoNCE
-    (train_himo.py's clip-77 / clip-248): the pretrained base that OneLIP adapts and DITM fine-tunes."""
-    set_seed(seed)
-    tokenizer, image_processor = backbone.processor_parts(dataset, positions)
-    model = HiMoCLIPModel(HiMoCLIPConfig(**backbone.scratch_towers(tokenizer, positions)))
-    processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=positions)
-    return HiMoCLIPTask(model, ImageTextCollator(processor), molo_lambda=0.0), processor
-
-
-def train_base_clip(accelerator: Accelerator, name: str, backbone: BackboneArguments, dataset, positions: int,
-                    loop_args: LoopArguments,
-                    evaluate: Callable[[torch.nn.Module, object], dict]) -> tuple[str, dict, dict]:
-    """Train `base_clip_task` on `dataset` for `backbone.base_steps` optimizer steps at `backbone.base_learning_rate`
-    as variant `name` of this run (saved, reloaded and evaluated like any variant; resumable); return its checkpoint
-    directory, {name: metrics} and {name: history}. (`short_caption_base` is the cached short-caption variant.)"""
-    base_args = replace(loop_args, max_steps=backbone.base_steps, learning_rate=backbone.base_learning_rate,
-                        lr_multipliers="", layer_decay=1.0)
-    results, histories = train_variants(
-        accelerator, [name], lambda _: base_clip_task(backbone, dataset, positions, loop_args.seed), evaluate,
-        dataset, base_args, LoraArguments(),
-    )
-    return str(Path(loop_args.output_dir) / name), results, histories
-
-
-SHORT_BASE = "clip-77"
-SHORT_BASE_LENGTH = 77
-
-
-def short_caption_base(accelerator: Accelerator, backbone: BackboneArguments, dataset,
-                       loop_args: LoopArguments) -> str:
-    """The paper's starting point in miniature: a CLIP with 77 text positions pretrained from scratch on short
-    captions (the first `backbone.base_sentences` sentences of each training caption) with global InfoNCE, for
-    `backbone.base_steps` steps at `backbone.base_learning_rate` from `backbone.base_seed`. Built once under
-    `backbone.base_cache_dir/clip77-<key>/` (key: a digest of the data and of everything that sets the weights) and
-    reused by every later run of any script (resumable while it trains); returns its checkpoint directory. Its
-    tokenizer is trained on the whole corpus, long captions included, so the fine-tuned variants keep it."""
-    global_batch = (loop_args.per_device_train_batch_size * accelerator.num_processes
-                    * loop_args.gradient_accumulation_steps)
-    recipe = {"data": dataset["train"]._fingerprint, "towers": backbone.scratch_towers_key(),
-              "sentences": backbone.base_sentences, "steps": backbone.base_steps,
-              "learning_rate": backbone.base_learning_rate, "seed": backbone.base_seed,
-              "global_batch": global_batch, "weight_decay": loop_args.weight_decay, "adam_beta2": loop_args.adam_beta2}
-    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
-    root = Path(backbone.base_cache_dir) / f"clip77-{key}"
-    checkpoint = root / SHORT_BASE
-    if (checkpoint / "config.json").is_file():  # written last, atomically, by save_model
-        logger.info(f"reusing the short-caption base CLIP-77 at {checkpoint}", main_process_only=True)
-        return str(checkpoint)
-    short = {split: dataset[split].map(lambda row: {"caption": " ".join(row["sentences"][:backbone.base_sentences])})
-             for split in ("train", "validation")}
-    base_args = replace(loop_args, output_dir=str(root), max_steps=backbone.base_steps, seed=backbone.base_seed,
-                        learning_rate=backbone.base_learning_rate, lr_multipliers="", layer_decay=1.0,
-                        warmup_steps=max(1, backbone.base_steps // 10), seeds="")
-    if accelerator.is_main_process:
-        root.mkdir(parents=True, exist_ok=True)
-        write_atomic(root / "recipe.json", json.dumps(recipe, indent=2))
-    train_variants(accelerator, [SHORT_BASE],
-                   lambda _: base_clip_task(backbone, dataset, SHORT_BASE_LENGTH, backbone.base_seed),
-                   lambda model, processor: {}, short, base_args, LoraArguments())
-    return str(checkpoint)
-
-
-def load_clip(path: str):
-    """A `CLIPModel` (ours or transformers') from a directory or Hub id, in float32; a clear exit otherwise."""
-    model = AutoModel.from_pretrained(path, trust_remote_code=True, dtype=torch.float32)
-    if not isinstance(model, CLIPModel):
-        raise SystemExit(f"{path} holds a {type(model).__name__}, not a CLIPModel")
-    return model
-
-
-def evaluate_base(accelerator: Accelerator, path: str, parts: tuple, max_length: int,
-                  evaluate: Callable[[torch.nn.Module, object], dict]) -> dict:
-    """The base CLIP at `path` evaluated as it is (call on the main process), through a processor of its own
-    (tokenizer, image processor) `parts` reading `max_length` tokens: the row every fine-tuned variant starts from."""
-    with whole_model_init(accelerator):
-        model = load_clip(path)
-    processor = HiMoCLIPProcessor(image_processor=parts[1], tokenizer=parts[0], max_length=max_length)
-    return evaluate(model.to(accelerator.device), processor)
 
 
 def start_run(name: str, script_arguments: type, defaults: Mapping[str, Any], backbone: bool = True):
@@ -284,51 +197,6 @@ def train_variants(
         accelerator.wait_for_everyone()
         accelerator.free_memory()
     return results, histories
-
-
-def _cell(value) -> str:
-    """A table cell: a number, or a seed summary as mean +- std (mean alone for one seed)."""
-    if isinstance(value, Mapping):
-        return f"{value['mean']:.3f}" if value["n"] == 1 else f"{value['mean']:.3f}±{value['std']:.3f}"
-    return f"{value:.3f}"
-
-
-def format_table(results: Mapping[str, Mapping], metrics: Sequence[str]) -> str:
-    """One row per variant, one column per metric; cells are numbers or `summarize_seeds` summaries."""
-    cells = {variant: [_cell(values[name]) for name in metrics] for variant, values in results.items()}
-    width = max([12, *(len(variant) + 2 for variant in results)])
-    columns = [max(10, len(name) + 2, *(len(row[i]) + 2 for row in cells.values())) for i, name in enumerate(metrics)]
-    header = f"{'model':<{width}}" + "".join(f"{name:>{column}}" for name, column in zip(metrics, columns))
-    rows = [f"{variant:<{width}}" + "".join(f"{cell:>{column}}" for cell, column in zip(row, columns))
-            for variant, row in cells.items()]
-    return "\n".join([header, "-" * len(header), *rows])
-
-
-# Two-sided 97.5% quantiles of Student's t for 1..10 degrees of freedom (a 95% interval of the mean over seeds).
-_T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
-
-
-def summarize_seeds(runs: Mapping[int, Mapping[str, Mapping[str, float]]],
-                    metrics: Sequence[str]) -> dict[str, dict[str, dict]]:
-    """{variant: {metric: {"mean", "std", "ci95", "n", "values"}}} over the seeds of `runs` ({seed: {variant:
-    {metric: value}}}): `std` is the sample standard deviation (n - 1), `ci95` the half-width of the 95% Student-t
-    interval of the mean (both 0 for one seed). Every seed must report every variant and metric."""
-    seeds = list(runs)
-    variants = list(runs[seeds[0]])
-    for seed in seeds:
-        if list(runs[seed]) != variants:
-            raise ValueError(f"seed {seed} reports variants {list(runs[seed])}, seed {seeds[0]} {variants}")
-    summary = {}
-    for variant in variants:
-        summary[variant] = {}
-        for metric in metrics:
-            values = [float(runs[seed][variant][metric]) for seed in seeds]
-            n, mean = len(values), math.fsum(values) / len(values)
-            std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-            t = _T_975[min(n - 1, len(_T_975)) - 1] if n > 1 else 0.0  # beyond 10 seeds: 2.228 (conservative)
-            summary[variant][metric] = {"mean": mean, "std": std, "ci95": t * std / math.sqrt(n), "n": n,
-                                        "values": values}
-    return summary
 
 
 def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args: HubArguments,

@@ -103,7 +103,7 @@ class Task:
 
 class ContrastiveTask(Task):
     """A dual encoder trained with a contrastive objective over its L2-normalised embeddings and its logit scale,
-    `objective(image_embeds, text_embeds, logit_scale)` (`ClipLoss`, `MoLoLoss`); the logit scale is clamped to
+    `objective(image_embeds, text_embeds, logit_scale)` (e.g. `hf_longclip.objectives.ClipLoss`); the logit scale is clamped to
     [0, ln 100] after every optimizer step, as CLIP does."""
 
     def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:

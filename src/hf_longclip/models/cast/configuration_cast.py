@@ -5,7 +5,7 @@ CAST's last pooling (16 -> 8) dropped."""
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 STEM_STRIDE = 8  # CAST's convolutional stem: three stride-2 convolutions
 

@@ -20,15 +20,15 @@ from transformers.models.clip.modeling_clip import CLIPAttention, CLIPEncoderLay
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
-from hf_longclip.modeling_common.segments import (
+from hf_longclip.modeling_common.saving import CodeBundleMixin
+
+from .configuration_cast import STEM_STRIDE, CASTVisionConfig
+from .segments import (
     cosine_soft_assignment,
     farthest_point_sampling,
     segment_pooling_weights,
     sincos_2d_positions,
 )
-
-from .configuration_cast import STEM_STRIDE, CASTVisionConfig
 
 
 @dataclass

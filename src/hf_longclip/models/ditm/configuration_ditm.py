@@ -2,7 +2,7 @@
 
 from transformers import CLIPConfig
 
-from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+from hf_longclip.modeling_common.saving import CodeBundleMixin
 from hf_longclip.modeling_common.configuration import drop_training_options
 
 # the objective's options, which configurations saved before they moved to `DITMTask` still carry

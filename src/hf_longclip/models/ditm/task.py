@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 
-from hf_longclip.objectives.ditm import DITMLoss
+from hf_longclip.models.ditm.objective import DITMLoss
 from hf_longclip.training.task import Task
 
 

@@ -9,7 +9,7 @@ import math
 from huggingface_hub.dataclasses import strict
 from transformers import CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
 
-from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+from hf_longclip.modeling_common.saving import CodeBundleMixin
 from hf_longclip.modeling_common.configuration import drop_training_options
 from hf_longclip.models.cast.configuration_cast import CASTVisionConfig
 

@@ -3,9 +3,10 @@ superpixels (CAST's image processor)."""
 
 import random
 
-from hf_longclip.data.chunking import balanced_chunks, random_chunks
 from hf_longclip.modeling_common.processing import DualEncoderProcessor
 from hf_longclip.models.cast.image_processing_cast import CASTImageProcessor
+
+from .chunking import balanced_chunks, random_chunks
 
 
 class FCASTProcessor(DualEncoderProcessor):

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hf_longclip.data.chunking import sample_sub_captions
-from hf_longclip.objectives.fcast import FCASTLoss, FLAIRLoss
+from .chunking import sample_sub_captions
+from hf_longclip.models.fcast.objective import FCASTLoss, FLAIRLoss
 from hf_longclip.training.task import ContrastiveTask
 
 OBJECTIVES = ("fcast", "flair")

@@ -2,7 +2,7 @@
 
 from transformers import CLIPConfig
 
-from hf_longclip.modeling_common.code_bundle import CodeBundleMixin
+from hf_longclip.modeling_common.saving import CodeBundleMixin
 from hf_longclip.modeling_common.configuration import drop_training_options
 
 HIMO_TEXT_POSITIONS = 248  # Long-CLIP stretching of CLIP's 77 positions: 4 * 77 - 3 * 20

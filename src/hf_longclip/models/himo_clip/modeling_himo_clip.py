@@ -1,7 +1,7 @@
 """HiMo-CLIP (Wu et al., "Modeling Semantic Hierarchy and Monotonicity in Vision-Language Alignment", AAAI 2026).
 
 A CLIP with 248 text positions, trained with MoLo = global InfoNCE + lambda * InfoNCE against HiDe components
-(in-batch PCA of the text embeddings; `hf_longclip.objectives.molo`, applied by
+(in-batch PCA of the text embeddings; `hf_longclip.models.himo_clip.objective`, applied by
 `hf_longclip.models.himo_clip.task.HiMoCLIPTask`). Inference is plain CLIP cosine similarity.
 """
 

@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from hf_longclip.objectives.molo import MoLoLoss
+from hf_longclip.models.himo_clip.objective import MoLoLoss
 from hf_longclip.training.task import ContrastiveTask
 
 

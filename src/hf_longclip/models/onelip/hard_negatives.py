@@ -12,7 +12,7 @@ Choices where the paper is silent (each tested):
 - Embeddings. Z_hat_text^neg is the base encoder's projected, L2-normalised embedding of the negative caption (its
   first T_f tokens): the bank. Z_img and Z_text^agg in Eq. 8 are the anchor's image embedding and its image-free
   long-text embedding (the projected end-of-text state, what OneLIP's retrieval uses; see
-  `hf_longclip.objectives.onelip`), both under the model being trained, without gradient. Then
+  `hf_longclip.models.onelip.objective`), both under the model being trained, without gradient. Then
   d = <beta Z_img + (1 - beta) Z_text, Z_hat_neg>, so the queue is the inner-product neighbourhood of that query.
 - Loss. The queued negatives join the image-to-text denominator of Eq. 1 (they are captions), with their bank
   embeddings and the model's temperature; they get no gradient (the base encoder is frozen), the image does.

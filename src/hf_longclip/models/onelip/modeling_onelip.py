@@ -3,7 +3,7 @@
 A dual encoder: CLIP's vision tower and a long text encoder, CLIP's text encoder with its absolute position table
 removed and rotary embeddings (Eq. 2) with NTK-scaled frequencies (Sec. 4.1) on the queries and keys of every
 self-attention layer. Retrieval embeddings are CLIP's: the projected image [CLS] and end-of-text embeddings, the
-text one independent of any image. Training is Eq. 10 (`hf_longclip.objectives.onelip.OneLIPLoss`), applied by
+text one independent of any image. Training is Eq. 10 (`hf_longclip.models.onelip.objective.OneLIPLoss`), applied by
 `hf_longclip.models.onelip.task.OneLIPTask`, which also holds the frozen base encoder (the teacher): training
 state, not part of this model.
 """
@@ -115,7 +115,7 @@ class OneLIPEncoder(nn.Module):
 class TRIMRefine(nn.Module):
     """TRIM-Refine (Eq. 6): Z_agg = Attn(Q, Z', Z'), L2 learnable queries Q in single-head scaled dot-product
     attention over the tokens TRIM-Select kept (`kept` False at padding slots, masked). Trained with the model and
-    saved with it; used by the token-wise distillation (`hf_longclip.objectives.onelip.OneLIPLoss`), not by
+    saved with it; used by the token-wise distillation (`hf_longclip.models.onelip.objective.OneLIPLoss`), not by
     inference."""
 
     def __init__(self, num_queries: int, dim: int):

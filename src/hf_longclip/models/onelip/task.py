@@ -12,7 +12,7 @@ from accelerate import Accelerator
 from transformers import CLIPModel, CLIPTextModel
 
 from hf_longclip.modeling_common.dual_encoder import end_of_text_positions
-from hf_longclip.objectives.onelip import OneLIPLoss
+from hf_longclip.models.onelip.objective import OneLIPLoss
 from hf_longclip.training.task import ContrastiveTask
 
 
@@ -54,12 +54,12 @@ class OneLIPTask(ContrastiveTask):
     trim_decomposition (defaults to `"auto"`):
         How TRIM-Select finds the top r singular directions: `"exact"` (float64 `eigh` of each text's Gram matrix),
         `"subspace"` (float32 subspace iteration, matrix products: fast on GPUs) or `"auto"` (exact on CPU, subspace
-        elsewhere); see `hf_longclip.objectives.onelip.top_right_singular_vectors`.
+        elsewhere); see `hf_longclip.models.onelip.objective.top_right_singular_vectors`.
     weight_switch_step (defaults to 5000):
         The optimizer step at which the weights switch (counted by the task, saved with every checkpoint).
     token_distillation (defaults to `"trim"`):
         `"trim"`: TRIM-Select + TRIM-Refine + token-wise distillation (Eq. 4-7), OneLIP. `"pooled"`: the ablation
-        without TRIM (mean-pooled student vs teacher states, see `hf_longclip.objectives.onelip`); TRIM-Refine's
+        without TRIM (mean-pooled student vs teacher states, see `hf_longclip.models.onelip.objective`); TRIM-Refine's
         queries are then unused and frozen.
     weights, weights_after (defaults to (0.2, 0.1, 0.7) and (0.05, 0.25, 0.7)):
         (lambda_1, lambda_2, lambda_3) of Eq. 10 before and from `weight_switch_step` on.

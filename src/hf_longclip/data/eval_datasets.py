@@ -1,0 +1,37 @@
+"""The datasets `hf-longclip eval` and `hf-longclip shard` load by name: the generated "synthetic" scenes, or a
+benchmark of `hf_longclip.data.benchmarks` read from its files under a data directory."""
+
+from __future__ import annotations
+
+from .benchmarks import BENCHMARKS, load_benchmark
+from .synthetic import CLASS_TEMPLATES, CLASSNAMES, load_synthetic_scenes
+
+SYNTHETIC = "synthetic"
+
+
+def dataset_names() -> list[str]:
+    """Every name `load_eval_dataset` takes: "synthetic", then the benchmarks in alphabetical order."""
+    return [SYNTHETIC, *sorted(BENCHMARKS)]
+
+
+def check_data_dir(name: str, data_dir: str | None) -> None:
+    """Every benchmark but the generated "synthetic" one reads its files from `data_dir`."""
+    if name != SYNTHETIC and data_dir is None:
+        raise ValueError(f"--data-dir is required for the {name!r} benchmark")
+
+
+def load_eval_dataset(name: str, data_dir: str | None = None, split: str | None = None,
+                      max_samples: int | None = None):
+    """(dataset, the split it is, number of skipped corrupt images, zero-shot class names and templates) for a
+    benchmark name:
+    one of `hf_longclip.data.benchmarks.BENCHMARKS` (files under `data_dir`) or "synthetic" (generated;
+    `data_dir` is then its cache)."""
+    if name == SYNTHETIC:
+        split = split or "test"
+        dataset = load_synthetic_scenes(cache_dir=data_dir)[split]
+        if max_samples is not None:
+            dataset = dataset.select(range(min(max_samples, len(dataset))))
+        return dataset, split, 0, CLASSNAMES, CLASS_TEMPLATES
+    check_data_dir(name, data_dir)
+    benchmark = load_benchmark(name, data_dir, split=split, max_samples=max_samples)
+    return benchmark.dataset, benchmark.split, benchmark.num_skipped, None, ("a photo of a {}.",)

@@ -1,0 +1,58 @@
+"""Evaluate any CLIP-style model (ours, or a plain transformers `CLIPModel`) on a dataset in the sample schema.
+
+    report = evaluate_dataset(model, processor, dataset)           # {task: metrics}, see `TASKS`
+    hf-longclip eval --model PATH_OR_ID --dataset urban1k --data-dir data/Urban1k --output-dir eval/urban1k
+
+`encoding` (embeddings), `tasks` (what each task computes, the registry and `evaluate_dataset`), `loading` (the
+model `hf-longclip eval` reads) and `report` (`run_evaluation`, the command). A paper's own protocol lives beside its
+model: `hf_longclip.models.<arch>.evaluation`.
+"""
+
+from .encoding import cached_text_encoder, encode_images, encode_texts, text_max_length
+from .loading import load_model
+from .report import run_evaluation
+from .tasks import (
+    TASKS,
+    EvalTask,
+    TaskInputs,
+    available_tasks,
+    cola_task,
+    cxc_positive_sets,
+    cxc_task,
+    describe_tasks,
+    evaluate_dataset,
+    hard_negative_pairs,
+    hierarcaps_task,
+    himo_task,
+    prefix_column,
+    prefix_scores,
+    retrieval_task,
+    ssi_task,
+    zero_shot_task,
+)
+
+__all__ = [
+    "TASKS",
+    "EvalTask",
+    "TaskInputs",
+    "available_tasks",
+    "cached_text_encoder",
+    "cola_task",
+    "cxc_positive_sets",
+    "cxc_task",
+    "describe_tasks",
+    "encode_images",
+    "encode_texts",
+    "evaluate_dataset",
+    "hard_negative_pairs",
+    "hierarcaps_task",
+    "himo_task",
+    "load_model",
+    "prefix_column",
+    "prefix_scores",
+    "retrieval_task",
+    "run_evaluation",
+    "ssi_task",
+    "text_max_length",
+    "zero_shot_task",
+]

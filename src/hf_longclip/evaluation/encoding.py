@@ -1,0 +1,99 @@
+"""L2-normalised text and image embeddings of any CLIP-style model (ours, or a plain transformers `CLIPModel`), batch
+by batch, texts truncated to what the processor says."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+UNSET_MAX_LENGTH = 1_000_000  # a tokenizer `model_max_length` at least this large means "not set" (transformers: 1e30)
+
+
+def text_max_length(processor, model=None) -> int:
+    """The number of tokens `processor` truncates texts to: its own `max_length` (our processors), else its
+    tokenizer's `model_max_length` (77 for real CLIP checkpoints). Only when the tokenizer leaves that unset is the
+    model's `text_config.max_position_embeddings` read, if it has one; a tokenizer's length is also capped by it, when
+    present (a RoPE model has no such table and is never capped)."""
+    if getattr(processor, "max_length", None) is not None:
+        return processor.max_length
+    config = getattr(getattr(model, "config", None), "text_config", getattr(model, "config", None))
+    positions = getattr(config, "max_position_embeddings", None)
+    tokenizer_length = getattr(getattr(processor, "tokenizer", processor), "model_max_length", None)
+    if tokenizer_length is not None and tokenizer_length < UNSET_MAX_LENGTH:
+        return min(tokenizer_length, positions) if positions is not None else tokenizer_length
+    if positions is not None:
+        return positions
+    raise ValueError(f"cannot tell how many tokens to truncate texts to: {type(processor).__name__} has no "
+                     f"`max_length`, its tokenizer's `model_max_length` is unset ({tokenizer_length}) and the "
+                     f"model's text config has no `max_position_embeddings`; set `processor.tokenizer."
+                     f"model_max_length`")
+
+
+def _text_inputs(model, processor, texts: list[str]):
+    """Tokenised `texts` padded to the longest, truncated to what the processor says (see `text_max_length`): our
+    processors truncate themselves (and are told that the empty text, HierarCaps' root, is meant); a plain
+    CLIPProcessor is told, and keeps the end-of-text token."""
+    if getattr(processor, "max_length", None) is not None:
+        return processor(text=texts, padding="longest", allow_empty_text=True)
+    return processor(text=texts, padding="longest", truncation=True, return_tensors="pt",
+                     max_length=text_max_length(processor, model))
+
+
+@torch.no_grad()
+def _encode(items, embed: Callable, batch_size: int, progress: bool, description: str) -> torch.Tensor:
+    """L2-normalised float32 embeddings of `items` (a list or a `datasets` column, read batch by batch so images
+    are decoded only when needed), `embed` applied to each batch."""
+    starts = tqdm(range(0, len(items), batch_size), desc=description, disable=not progress, leave=False)
+    return F.normalize(torch.cat([embed(list(items[i : i + batch_size])).float().cpu() for i in starts]), dim=-1)
+
+
+def encode_texts(model, processor, texts: Sequence[str], batch_size: int = 128, progress: bool = False) -> torch.Tensor:
+    """L2-normalised text embeddings (CPU float32)."""
+
+    def embed(batch):
+        return model.get_text_features(**_text_inputs(model, processor, batch).to(model.device)).pooler_output
+
+    return _encode(texts, embed, batch_size, progress, "texts")
+
+
+def cached_text_encoder(model, processor, batch_size: int = 128, progress: bool = False) -> Callable:
+    """`encode(texts)` for the evaluation tasks that remembers each list it encoded, so tasks scoring the same texts
+    (HiMo@K's and SSI's caption prefixes, HierarCaps' levels and their distances) encode them once."""
+    encoded = {}
+
+    def encode(texts):
+        key = tuple(texts)
+        if key not in encoded:
+            encoded[key] = encode_texts(model, processor, texts, batch_size, progress)
+        return encoded[key]
+
+    return encode
+
+
+def encode_images(model, processor, images, batch_size: int = 128, progress: bool = False) -> torch.Tensor:
+    """L2-normalised image embeddings (CPU float32); `images` is a list or a `datasets` image column. Each batch is
+    converted to 8-bit RGB by `to_rgb_images` (16-bit images scaled, transparency composited onto white), the same
+    conversion our processors apply, so a plain `CLIPProcessor` is given the same images."""
+    from ..modeling_common.images import to_rgb_images
+
+    def embed(batch):
+        pixels = processor(images=to_rgb_images(batch), return_tensors="pt")
+        return model.get_image_features(**pixels.to(model.device)).pooler_output
+
+    return _encode(images, embed, batch_size, progress, "images")
+
+
+class ImageColumn:
+    """A dataset's `image` column read lazily, slice by slice (so a 30k-image benchmark is never decoded whole)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index: slice):
+        return self.dataset[index]["image"]

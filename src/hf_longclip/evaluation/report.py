@@ -1,0 +1,43 @@
+"""`hf-longclip eval`: a model evaluated on a benchmark, its report and plots written to a directory.
+
+    hf-longclip eval --model PATH_OR_ID --dataset urban1k --data-dir data/Urban1k --output-dir eval/urban1k
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..data.eval_datasets import check_data_dir, load_eval_dataset
+from ..plots import coverage, plot_prefix_similarity, plot_recalls
+from .loading import load_model
+from .tasks import evaluate_dataset
+
+
+def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | None = None,
+                   output_dir: str | Path = "eval", split: str | None = None, max_samples: int | None = None,
+                   tasks: Sequence[str] | None = None, batch_size: int = 64, device: str | None = None,
+                   progress: bool = True) -> dict:
+    """Evaluate a model on a benchmark; write `report.json` and the plots into `output_dir`; return the report."""
+    check_data_dir(dataset_name, data_dir)  # before the model loads: a missing argument fails at once
+    model, processor = load_model(model_name_or_path, device)
+    dataset, split, num_skipped, classnames, templates = load_eval_dataset(dataset_name, data_dir, split,
+                                                                           max_samples)
+    metrics = evaluate_dataset(model, processor, dataset, tasks, batch_size, progress, classnames, templates)
+    report = {"model": str(model_name_or_path), "dataset": dataset_name, "split": split, "num_samples": len(dataset),
+              "num_skipped_images": num_skipped, "metrics": metrics, "plots": []}
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    name = Path(str(model_name_or_path)).name
+    if "retrieval" in metrics:
+        report["plots"].append(str(plot_recalls(metrics["retrieval"], output_dir / "recall.png",
+                                                f"{name} on {dataset_name} ({split})")))
+    if "himo" in metrics:
+        himo = metrics["himo"]
+        covers = coverage(himo["num_images"], himo["num_prefixes"], "caption prefixes")
+        report["plots"].append(str(plot_prefix_similarity({name: himo["mean_similarity_by_prefix"]},
+                                                          output_dir / "himo_prefix_similarity.png", covers,
+                                                          f"{name} on {dataset_name} ({split})")))
+    (output_dir / "report.json").write_text(json.dumps(report, indent=2))
+    return report

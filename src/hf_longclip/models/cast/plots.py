@@ -1,0 +1,52 @@
+"""CAST's figure: the fine-to-coarse segmentation of an image, one panel per level (F-CAST Fig. 6).
+
+Imported explicitly: neither `hf_longclip.models.cast` nor the model's remote code imports it, so that matplotlib
+(`hf-longclip[plots]`) stays optional."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .segments import hierarchy_label_maps
+from ...plots import pyplot, save_figure
+
+
+def plot_segment_hierarchy(image, superpixels, assignments: Sequence, path: str | Path, title: str = "") -> Path:
+    """Save a PNG of CAST's fine-to-coarse segmentation of one image (F-CAST Fig. 6): the image, its superpixels,
+    then one panel per graph pooling, each segment filled with its mean colour and outlined in white.
+
+    `image` is (H, W, 3) uint8 (or a PIL image) as the model saw it (e.g. `CASTImageProcessor.crop`),
+    `superpixels` its (H, W) ids and `assignments` its (N_l, N_l+1) matrices (`CASTVisionOutput.assignments[l][i]`
+    for image i), taken hard and composed by `models.cast.segments.hierarchy_label_maps`."""
+    pixels = np.asarray(image, dtype=np.float64)[..., :3]
+    superpixels = torch.as_tensor(np.asarray(superpixels))
+    if superpixels.shape != pixels.shape[:2]:
+        raise ValueError(f"superpixels of shape {tuple(superpixels.shape)} do not match the image's "
+                         f"{pixels.shape[:2]}")
+    maps = hierarchy_label_maps(superpixels[None], [torch.as_tensor(a).detach().float()[None] for a in assignments])
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(maps) + 1, figsize=(2.6 * (len(maps) + 1), 2.9))
+    axes[0].imshow(pixels.astype(np.uint8))
+    axes[0].set_title("image", fontsize=9)
+    for level, (ax, labels) in enumerate(zip(axes[1:], maps)):
+        labels = labels[0].cpu().numpy()
+        flat = labels.ravel()
+        counts = np.bincount(flat).clip(min=1)[:, None]
+        means = np.stack([np.bincount(flat, weights=pixels[..., c].ravel()) for c in range(3)], axis=1) / counts
+        filled = means[labels]
+        edges = np.zeros(labels.shape, dtype=bool)
+        edges[1:] |= labels[1:] != labels[:-1]
+        edges[:, 1:] |= labels[:, 1:] != labels[:, :-1]
+        filled[edges] = 255
+        ax.imshow(filled.astype(np.uint8))
+        kind = "superpixels" if level == 0 else f"after pooling {level}"
+        ax.set_title(f"{len(np.unique(flat))} segments ({kind})", fontsize=9)
+    for ax in axes:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return save_figure(fig, path)

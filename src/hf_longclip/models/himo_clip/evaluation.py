@@ -1,0 +1,37 @@
+"""HiMo-CLIP's evaluation summary: R@1 on full captions, HiMo@2 / HiMo@3 / HiMo@K, SSI and HiDe's kept components,
+the numbers of `examples/train_himo.py`'s table.
+
+    evaluate_long_captions(model, processor, test, hide_tau=0.9)   # {"r1_i2t", "himo@k", "ssi", "hide_m", ...}
+
+Library-side only: the remote code of the model (configuration_, modeling_, processing_himo_clip.py) never imports it.
+"""
+
+from __future__ import annotations
+
+from ...evaluation.encoding import ImageColumn, cached_text_encoder, encode_images
+from ...evaluation.tasks import himo_task, ssi_task
+from ...metrics.retrieval import recall_at_k
+from ...objectives.molo import kept_components
+
+
+def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, progress: bool = True,
+                           hide_tau: float | None = None, hide_batch_size: int = 64) -> dict:
+    """The main job's summary: R@1 both ways on full captions, HiMo@2 / HiMo@3 (Eq. 6) on K cumulative segments,
+    HiMo@K (Eq. 5) on all sentence prefixes, the mean similarity at each prefix length (for plots) and, where rows
+    carry a `distractor`, SSI (Eq. 22, distractor appended). With `hide_tau`: `hide_m`, the mean number of principal
+    components HiDe keeps at that threshold over consecutive batches of `hide_batch_size` test captions."""
+    model.eval()
+    encode = cached_text_encoder(model, processor, batch_size, progress)  # SSI rescores HiMo@K's prefixes
+    image_embeds = encode_images(model, processor, ImageColumn(dataset), batch_size, progress)
+    caption_embeds = encode(dataset["caption"])
+    similarity = image_embeds @ caption_embeds.T
+    himo = himo_task(dataset.select_columns(["sentences"]), encode, image_embeds)
+    results = {"r1_i2t": recall_at_k(similarity, 1), "r1_t2i": recall_at_k(similarity.T, 1),
+               **{key: himo[key] for key in ("himo@2", "himo@3", "himo@k", "mean_similarity_by_prefix",
+                                             "num_images", "num_prefixes")}}
+    if "distractor" in dataset.column_names:
+        results["ssi"] = ssi_task(dataset.select_columns(["sentences", "distractor"]), encode, image_embeds)["ssi"]
+    if hide_tau is not None:
+        batches = caption_embeds.split(hide_batch_size)
+        results["hide_m"] = sum(kept_components(batch, hide_tau) for batch in batches) / len(batches)
+    return results

@@ -1,0 +1,147 @@
+"""HiMo-CLIP's objective (Wu et al., AAAI 2026): MoLo = global InfoNCE + lambda * InfoNCE against HiDe components,
+HiDe being an in-batch PCA of the text embeddings (Eq. 1-4)."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hf_longclip.objectives.losses import (
+    check_paired_embeddings,
+    contrastive_loss,
+    gather_with_grad,
+)
+
+HIDE_SCOPES = ("global", "local")
+HIDE_MODALITIES = ("text", "both")
+# Relative gap (in squared singular values) under which two singular values are treated as tied.
+_TIE_TOLERANCE = 1e-5
+
+
+def num_principal_components(singular_values: torch.Tensor, tau: float) -> int:
+    """Smallest m whose cumulative explained variance reaches tau (Sec. 3.2), widened so as not to split a tie.
+
+    Explained variance of component k is s_k^2 / sum_j s_j^2. If s_m equals s_{m+1} the top-m subspace is not
+    unique, so m grows until the gap is real; this keeps HiDe (and its gradient) well defined. Returns 0 when
+    the batch has no variance at all (every embedding equal). Computed on the host: m sets a shape, so it is read
+    there anyway, and one copy of the singular values costs one device sync instead of one per comparison.
+    """
+    variances = singular_values.detach().double().cpu() ** 2
+    total = variances.sum()
+    if total <= torch.finfo(singular_values.dtype).tiny:
+        return 0
+    explained = torch.cumsum(variances, 0) / total
+    m = min(int((explained < tau - 1e-7).sum()) + 1, variances.numel())
+    while m < variances.numel() and variances[m - 1] - variances[m] <= _TIE_TOLERANCE * variances[0]:
+        m += 1
+    return m
+
+
+class _LowRankReconstruction(torch.autograd.Function):
+    """X -> X V_m V_m^T, the projection of centred rows onto their top-m principal directions.
+
+    torch.linalg.svd's backward divides by s_i^2 - s_j^2 for every pair of singular values and returns NaN or inf
+    whenever any two are equal (duplicated captions, rank-deficient batches, batches of one). The projection
+    only depends on the top-m subspace, whose derivative involves pairs across the gap (i <= m < j) alone:
+
+        dL/dX = G V1 V1^T + U1 U1^T G (I - V V^T) + U1 diag(s1) C V2^T + U2 diag(s2) C^T V1^T,
+        C_ij = (s_i (U^T G V)_ij + s_j (U^T G V)_ji) / (s_i^2 - s_j^2),  i <= m < j,
+
+    which is finite because `num_principal_components` never splits a tie at m.
+    """
+
+    @staticmethod
+    def forward(ctx, centered: torch.Tensor, tau: float) -> torch.Tensor:
+        u, s, vh = torch.linalg.svd(centered, full_matrices=False)
+        m = num_principal_components(s, tau)
+        ctx.m = m
+        ctx.save_for_backward(u, s, vh)
+        return (u[:, :m] * s[:m]) @ vh[:m]
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        u, s, vh = ctx.saved_tensors
+        m = ctx.m
+        if m == 0:
+            return torch.zeros_like(grad), None
+        v = vh.mT
+        u1, u2, s1, s2, v1, v2 = u[:, :m], u[:, m:], s[:m], s[m:], v[:, :m], v[:, m:]
+        grad_v = grad @ v
+        grad_in = (grad @ v1) @ v1.mT + u1 @ (u1.mT @ (grad - grad_v @ vh))
+        if m < s.numel():
+            a = u.mT @ grad_v
+            gap = (s1[:, None] ** 2 - s2[None, :] ** 2).clamp_min(_TIE_TOLERANCE * s[0] ** 2)
+            c = (s1[:, None] * a[:m, m:] + s2[None, :] * a[m:, :m].mT) / gap
+            grad_in = grad_in + (u1 * s1) @ c @ v2.mT + (u2 * s2) @ c.mT @ v1.mT
+        return grad_in, None
+
+
+def kept_components(embeds: torch.Tensor, tau: float) -> int:
+    """m, the number of principal components HiDe keeps for this batch of embeddings (Sec. 3.2)."""
+    centered = embeds.detach().float() - embeds.detach().float().mean(dim=0, keepdim=True)
+    return num_principal_components(torch.linalg.svdvals(centered), tau)
+
+
+def hide_components(text_embeds: torch.Tensor, tau: float) -> torch.Tensor:
+    """HiDe (Eq. 1): u'_i = P^T (P (u_i - mean)) + mean, P the top-m principal directions of the batch.
+
+    Computed in float32 whatever the input dtype; returns float32.
+    """
+    embeds = text_embeds.float()
+    mean = embeds.mean(dim=0, keepdim=True)
+    return _LowRankReconstruction.apply(embeds - mean, tau) + mean
+
+
+class MoLoLoss(nn.Module):
+    """MoLo (Eq. 4) over the global batch: `{"global_loss": L_global (Eq. 2), "component_loss": weight * L_comp
+    (Eq. 3)}` (the component term is absent when `weight` is 0, the global one when `use_global` is False: Table 5's
+    "L_comp" row).
+
+    Takes this process's L2-normalised embeddings and the exponentiated logit scale. HiDe runs on the gathered
+    batch (`scope="global"`) or per process (`scope="local"`, as the official code); components are re-normalised,
+    so both terms use cosine similarity. `modalities="text"` decomposes the text embeddings only (the paper's
+    method); `"both"` decomposes the image embeddings too and aligns components with components (Table 5's
+    L_comp^{u,v}). Runs in float32 with autocast disabled.
+    """
+
+    def __init__(self, tau: float = 0.9, weight: float = 1.0, scope: str = "global", label_smoothing: float = 0.0,
+                 modalities: str = "text", use_global: bool = True):
+        super().__init__()
+        if scope not in HIDE_SCOPES:
+            raise ValueError(f"scope must be one of {HIDE_SCOPES}, got {scope!r}")
+        if modalities not in HIDE_MODALITIES:
+            raise ValueError(f"modalities must be one of {HIDE_MODALITIES}, got {modalities!r}")
+        if not use_global and weight == 0:
+            raise ValueError("MoLo without its global term needs a component weight > 0: there would be no loss")
+        self.tau, self.weight, self.scope, self.label_smoothing = tau, weight, scope, label_smoothing
+        self.modalities, self.use_global = modalities, use_global
+
+    def _components(self, local: torch.Tensor, gathered: torch.Tensor, offset: int) -> tuple[torch.Tensor, ...]:
+        """(this process's, the global batch's) re-normalised HiDe components of one modality."""
+        if self.scope == "global":
+            all_components = F.normalize(hide_components(gathered, self.tau), dim=-1)
+            return all_components[offset : offset + local.shape[0]], all_components
+        components = F.normalize(hide_components(local, self.tau), dim=-1)
+        return components, gather_with_grad(components)[0]
+
+    def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor) -> dict:
+        check_paired_embeddings(image_embeds, text_embeds)
+        with torch.autocast(device_type=image_embeds.device.type, enabled=False):
+            image, text = image_embeds.float(), text_embeds.float()
+            all_image, offset = gather_with_grad(image)
+            all_text, _ = gather_with_grad(text)
+            if not (torch.isfinite(all_image).all() and torch.isfinite(all_text).all()):
+                raise ValueError("image or text embeddings contain NaN or inf")
+            scale = logit_scale.float()
+            terms = {}
+            if self.use_global:
+                terms["global_loss"] = contrastive_loss(image, text, all_image, all_text, scale, offset,
+                                                        self.label_smoothing)
+            if self.weight == 0:
+                return terms
+            components, all_components = self._components(text, all_text, offset)
+            if self.modalities == "both":
+                image, all_image = self._components(image, all_image, offset)
+            component_loss = contrastive_loss(image, components, all_image, all_components, scale, offset,
+                                              self.label_smoothing)
+            terms["component_loss"] = self.weight * component_loss
+            return terms

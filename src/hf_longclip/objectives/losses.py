@@ -1,0 +1,89 @@
+"""Contrastive losses over the global batch, shared by the models' objectives: gather with gradient, InfoNCE,
+SigLIP's pairwise sigmoid loss. Pure functions of embeddings (torch only); training code, never in remote code."""
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+
+def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """All-gather rows across processes keeping autograd; returns the global tensor and this rank's row offset.
+
+    `torch.distributed.nn.functional.all_gather` back-propagates into every shard (accelerate's `gather` does not).
+    Every process must contribute the same number of rows; a mismatch is an error, not a silent misalignment.
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return tensor, 0
+    from torch.distributed.nn.functional import all_gather
+
+    sizes = [torch.zeros(1, dtype=torch.long, device=tensor.device) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, torch.tensor([tensor.shape[0]], device=tensor.device))
+    sizes = [int(s) for s in sizes]
+    if len(set(sizes)) != 1:
+        raise ValueError(f"every process must contribute the same batch size to the contrastive loss, got {sizes}")
+    return torch.cat(all_gather(tensor)), dist.get_rank() * tensor.shape[0]
+
+
+def check_paired_embeddings(image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> None:
+    """Raise a ValueError naming the problem unless both are non-empty (batch, dim) tensors that pair up row by row."""
+    if image_embeds.ndim != 2 or text_embeds.ndim != 2:
+        raise ValueError(
+            f"expected (batch, dim) embeddings, got image {tuple(image_embeds.shape)} and text {tuple(text_embeds.shape)}"
+        )
+    if image_embeds.shape[0] == 0:
+        raise ValueError("the contrastive loss needs a non-empty batch")
+    if image_embeds.shape != text_embeds.shape:
+        raise ValueError(
+            f"image and text embeddings must pair up one to one, got {tuple(image_embeds.shape)} and {tuple(text_embeds.shape)}"
+        )
+
+
+def contrastive_loss(
+    image_embeds: torch.Tensor,
+    text_embeds: torch.Tensor,
+    all_image_embeds: torch.Tensor,
+    all_text_embeds: torch.Tensor,
+    logit_scale: torch.Tensor,
+    offset: int = 0,
+    label_smoothing: float = 0.0,
+    extra_text_logits: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Symmetric InfoNCE (CLIP; HiMo-CLIP Eq. 2, OneLIP Eq. 1) of this process's rows against the global batch.
+
+    Row i of the local batch is row offset + i of the global one (open_clip's local-loss labelling); the mean
+    over processes of this loss is the loss of one process on the concatenated batch, and so are its gradients.
+    `extra_text_logits` (local batch, M), already scaled, join each image's text denominator (per-sample hard
+    negatives, OneLIP's PO-HNM); -inf marks an empty slot.
+    """
+    labels = torch.arange(image_embeds.shape[0], device=image_embeds.device) + offset
+    logits_per_image = logit_scale * image_embeds @ all_text_embeds.T
+    if extra_text_logits is not None:
+        if label_smoothing:
+            raise ValueError("label smoothing would spread mass onto the empty (-inf) hard-negative slots")
+        logits_per_image = torch.cat([logits_per_image, extra_text_logits], dim=1)
+    logits_per_text = logit_scale * text_embeds @ all_image_embeds.T
+    return (
+        F.cross_entropy(logits_per_image, labels, label_smoothing=label_smoothing)
+        + F.cross_entropy(logits_per_text, labels, label_smoothing=label_smoothing)
+    ) / 2
+
+
+def sigmoid_loss(
+    image_embeds: torch.Tensor,
+    all_text_embeds: torch.Tensor,
+    logit_scale: torch.Tensor,
+    logit_bias: torch.Tensor,
+    offset: int = 0,
+) -> torch.Tensor:
+    """SigLIP's pairwise sigmoid loss (Zhai et al. 2023, Eq. 1; F-CAST Eq. 7-8) of this process's images against
+    every text of the global batch: -mean over images of sum over texts of log sigmoid(z_ij (t x_i.y_j + b)),
+    z_ij = 1 for the matching pair (global row offset + i) and -1 otherwise.
+
+    Normalised by the number of local images as SigLIP does; summed over processes it is the loss of one process on
+    the concatenated batch (texts gathered with gradient by the caller).
+    """
+    logits = logit_scale * image_embeds @ all_text_embeds.T + logit_bias
+    signs = -torch.ones_like(logits)
+    rows = torch.arange(image_embeds.shape[0], device=logits.device)
+    signs[rows, rows + offset] = 1.0
+    return -F.logsigmoid(signs * logits).sum() / image_embeds.shape[0]

@@ -1,0 +1,117 @@
+"""`LoopArguments`, the optimisation, checkpointing and logging flags every example script shares, and the
+parsers that check them as they are given (`--seeds`, `--lr_multipliers`, `--layer_decay`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LoopArguments:
+    """Optimisation, checkpointing and logging settings shared by every example script (HfArgumentParser turns
+    them into flags)."""
+
+    output_dir: str = field(default="outputs", metadata={"help": "where checkpoints and results go"})
+    seed: int = field(default=0, metadata={"help": "seed of model init, data order and dropout"})
+    seeds: str = field(default="", metadata={
+        "help": "comma list of seeds, e.g. '0,1,2': the whole run once per seed, each under <output_dir>/seed-<s>/, "
+                "then every table cell as mean +- std over them ('': one run with --seed)"})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "passes over the training split"})
+    max_steps: int = field(default=-1, metadata={"help": "if > 0, stop after this many optimizer steps (overrides "
+                                                         "epochs)"})
+    per_device_train_batch_size: int = field(default=64, metadata={"help": "batch per process (contrastive "
+                                                                           "losses see the global batch)"})
+    per_device_eval_batch_size: int = field(default=128, metadata={"help": "batch per process for the validation "
+                                                                          "loss and the final evaluation"})
+    gradient_accumulation_steps: int = field(default=1, metadata={
+        "help": "optimizer step every N micro-batches. The contrastive loss still sees one micro-batch of "
+                "negatives per process: this saves memory, it does not enlarge the contrastive batch"})
+    learning_rate: float = field(default=5e-4, metadata={"help": "peak AdamW learning rate, reached after the "
+                                                                 "warmup, then cosine decay to 0"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay of matrices (not of biases, norms, "
+                                                               "scales)"})
+    adam_beta2: float = field(default=0.98, metadata={"help": "AdamW beta2 (beta1 is 0.9)"})
+    lr_multipliers: str = field(default="", metadata={
+        "help": "per-module learning-rate factors, comma-separated 'prefix=factor' matched against parameter "
+                "names (dot-separated components; the longest matching prefix wins; unmatched parameters keep "
+                "1), e.g. 'vision_model=0.01,text_model=0.1' (DITM's per-tower multipliers). '': none"})
+    layer_decay: float = field(default=1.0, metadata={
+        "help": "layer-wise learning-rate decay in (0, 1], per transformer tower (a module holding "
+                "'encoder.layers.<i>'): with L blocks, its embeddings and pre-norm are layer 0, block i is "
+                "layer i+1 and its other parameters (final norm) layer L+1; layer l gets decay^(L+1-l). "
+                "Multiplies lr_multipliers; parameters outside towers keep 1. 1.0: off"})
+    warmup_steps: int = field(default=50, metadata={"help": "optimizer steps of linear warmup (at most half the "
+                                                            "run)"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0: off); also DeepSpeed's"})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
+    ddp_find_unused_parameters: bool = field(default=False, metadata={
+        "help": "let DDP handle parameters without a gradient in a step (e.g. a backbone frozen for a warm-up); "
+                "costs a graph traversal per step"})
+    mixed_precision: str | None = field(default=None, metadata={
+        "help": "'no', 'fp16' or 'bf16'; None: what the accelerate launch config says"})
+    logging_steps: int = field(default=20, metadata={"help": "log the loss terms and learning rate every N "
+                                                             "optimizer steps (and at the first and last)"})
+    report_to: str = field(default="none", metadata={"help": "accelerate trackers: 'tensorboard', 'wandb', "
+                                                             "'all' or 'none'"})
+    eval_steps: int = field(default=0, metadata={"help": "validation loss every N steps (0: never)"})
+    checkpointing_steps: int = field(default=0, metadata={"help": "save the full training state every N steps "
+                                                                  "(0: never)"})
+    save_total_limit: int = field(default=2, metadata={"help": "keep the newest N checkpoints (0: all)"})
+    train_shards: str | None = field(default=None, metadata={
+        "help": "stream training data from WebDataset shards ('path/{00000..00127}.tar', local or hf://; written by "
+                "`hf-longclip shard`) instead of the script's training split"})
+    shuffle_buffer: int = field(default=1000, metadata={"help": "streamed samples shuffled together (--train_shards)"})
+    dataloader_num_workers: int = field(default=0, metadata={
+        "help": "data-loader worker processes that decode and preprocess (collate) training samples"})
+    resume_from_checkpoint: str | None = field(default=None, metadata={
+        "help": "'latest' (newest valid checkpoint of each run, if any) or a checkpoint directory"})
+
+    def __post_init__(self):
+        if self.gradient_accumulation_steps < 1:
+            raise ValueError(f"gradient_accumulation_steps must be >= 1, got {self.gradient_accumulation_steps}")
+        if self.mixed_precision not in (None, "no", "fp16", "bf16"):
+            raise ValueError(f"mixed_precision must be 'no', 'fp16' or 'bf16', got {self.mixed_precision!r}")
+        for name in ("logging_steps", "per_device_train_batch_size", "per_device_eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        self.seed_list()  # malformed seed lists fail here
+        parse_lr_multipliers(self.lr_multipliers)  # malformed specs fail here, unmatched prefixes at train
+        check_layer_decay(self.layer_decay)
+
+    def seed_list(self) -> list[int]:
+        """The seeds of `--seeds`, distinct, in order; [] without it."""
+        try:
+            seeds = [int(text) for text in self.seeds.split(",") if text.strip()]
+        except ValueError:
+            raise ValueError(f"seeds must be a comma list of integers, got {self.seeds!r}") from None
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct, got {self.seeds!r}")
+        return seeds
+
+
+def parse_lr_multipliers(spec: str) -> dict[str, float]:
+    """'vision_model=0.01,text_model=0.1' -> {'vision_model': 0.01, 'text_model': 0.1} ('' -> {})."""
+    multipliers = {}
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        prefix, sep, value = item.partition("=")
+        prefix = prefix.strip().strip(".")
+        try:
+            factor = float(value) if sep else float("nan")
+        except ValueError:
+            factor = float("nan")
+        if not prefix or not math.isfinite(factor) or factor <= 0:
+            raise ValueError(f"lr_multipliers: {item!r} is not 'prefix=factor' with a positive factor "
+                             f"(in {spec!r})")
+        if prefix in multipliers:
+            raise ValueError(f"lr_multipliers: prefix {prefix!r} given twice (in {spec!r})")
+        multipliers[prefix] = factor
+    return multipliers
+
+
+def check_layer_decay(decay: float) -> None:
+    if not 0.0 < decay <= 1.0:
+        raise ValueError(f"layer_decay must be in (0, 1], got {decay}")

@@ -1,0 +1,83 @@
+"""Training batches streamed from WebDataset shards (`--train_shards`): each process reads its own shards, an epoch
+ends for all processes together, and the position in the stream is part of a checkpoint for exact resume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from accelerate import Accelerator
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from ..data.shards import SKIPPED, ShardStream, expand_shards, shard_sample_counts
+from .arguments import LoopArguments
+
+
+class StreamedBatches:
+    """Training batches streamed from WebDataset shards (`args.train_shards`, see `hf_longclip.data.shards`): this
+    process's shards through torchdata's `StatefulDataLoader` (`args.dataloader_num_workers` workers decode and
+    collate), moved to the device. An epoch ends for every process when one of them runs out (one all-reduce of a
+    flag per batch: shards need not hold equal counts and corrupt samples are skipped), and `len()` is the estimate
+    from the shards' manifest that sizes the learning-rate schedule. `state_dict` holds the loader's per-worker
+    positions and the count of corrupt samples skipped, for exact resume."""
+
+    def __init__(self, args: LoopArguments, collate_fn, accelerator: Accelerator):
+        urls = expand_shards(args.train_shards)
+        rank, world = accelerator.process_index, accelerator.num_processes
+        self.stream = ShardStream(urls, rank, world, seed=args.seed, buffer_size=args.shuffle_buffer)
+        self.loader = StatefulDataLoader(
+            self.stream, batch_size=args.per_device_train_batch_size, num_workers=args.dataloader_num_workers,
+            collate_fn=_CountingCollator(collate_fn), drop_last=True,
+            generator=torch.Generator().manual_seed(args.seed),  # worker seeds: not drawn from the training RNG
+        )
+        # datasets deals each process len(urls) / world shards anew each epoch (after shuffling their order): the
+        # smallest share it can get is the sum of the smallest shards
+        smallest = sum(sorted(shard_sample_counts(urls))[: len(urls) // world])
+        workers = max(1, args.dataloader_num_workers)  # each drops its last partial batch
+        self.estimated_batches = smallest // args.per_device_train_batch_size - (workers - 1)
+        if self.estimated_batches < 1:
+            raise ValueError(f"{smallest} samples in the smallest process's shards make no full batch of "
+                             f"{args.per_device_train_batch_size} per worker ({workers} workers)")
+        self.accelerator, self.corrupt_samples = accelerator, 0
+
+    def __len__(self) -> int:
+        return self.estimated_batches
+
+    def epoch(self, epoch: int):
+        """The batches of `epoch` (from the resume point if a state was loaded), on the device."""
+        self.stream.set_epoch(epoch)
+        device = self.accelerator.device
+        for batch, skipped in _until_any_process_ends(iter(self.loader), self.accelerator):
+            self.corrupt_samples += skipped
+            yield {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+
+    def state_dict(self) -> dict:
+        return {"loader": self.loader.state_dict(), "corrupt_samples": self.corrupt_samples}
+
+    def load_state_dict(self, state: dict, epoch: int) -> None:
+        self.stream.set_epoch(epoch)
+        self.loader.load_state_dict(state["loader"])
+        self.corrupt_samples = state["corrupt_samples"]
+
+
+@dataclass
+class _CountingCollator:
+    """The task's collate function on streamed rows, returning (batch, corrupt samples skipped before them)."""
+
+    collate_fn: object
+
+    def __call__(self, rows: list[dict]):
+        skipped = sum(row.pop(SKIPPED) for row in rows)
+        return self.collate_fn(rows), skipped
+
+
+def _until_any_process_ends(iterator, accelerator: Accelerator):
+    """Items of `iterator` while every process still has one."""
+    while True:
+        item = next(iterator, None)
+        alive = torch.tensor([item is not None], dtype=torch.int64, device=accelerator.device)
+        if accelerator.num_processes > 1:
+            alive = accelerator.reduce(alive, reduction="sum") // accelerator.num_processes
+        if not alive.item():
+            return
+        yield item
