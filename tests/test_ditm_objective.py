@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import hf_longclip
+from hf_longclip.models.ditm import objective as ditm
 from hf_longclip.models.ditm.objective import DITMLoss, adaptive_triplet_loss
 
 WORLD_SIZE = 2

@@ -79,6 +79,8 @@ class DITMTask(Task):
 
     def __init__(self, model: torch.nn.Module, collate_fn: Callable, margin_scale: float = 6.0,
                  order_weight: float = 0.07, warmup_steps: int = 0):
+        if margin_scale <= 0:
+            raise ValueError(f"margin_scale (tau) must be positive, got {margin_scale}")
         if order_weight < 0:
             raise ValueError(f"order_weight must be >= 0, got {order_weight}")
         super().__init__(model, collate_fn, DITMLoss(margin_scale, order_weight))
@@ -95,6 +97,10 @@ class DITMTask(Task):
         return self.steps_done < self.warmup_steps
 
     def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        missing = [key for key in ("descriptiveness", "text_image_index", "image_ids") if key not in batch]
+        if missing:
+            raise ValueError(f"DITM's batches carry each text's descriptiveness (Eq. 1-2), its image's row and id; "
+                             f"this one lacks {missing}: collate with MultiCaptionCollator")
         warming_up = self.warming_up
         if self._vision_parameters and self._vision_parameters[0].requires_grad == warming_up:  # at a switch only
             for param in self._vision_parameters:

@@ -66,11 +66,27 @@ class FCASTTask(ContrastiveTask):
             unused = () if part_loss_weight else (model.grounding_pool, model.part_logit_scale, model.part_logit_bias)
         for module in unused:
             module.requires_grad_(False)
+        self._zero3_ready = False
+
+    def _gather_pool_weights_with_it(self) -> None:
+        """Under ZeRO-3 every weight is partitioned outside its module's forward. The objective calls the model's
+        grounding pool after the model's forward, and `nn.MultiheadAttention` reads its `out_proj` weights without
+        calling `out_proj`, so ZeRO-3 would hand it empty shards: register them as parameters of the attention
+        module, which then gathers them whenever it runs (DeepSpeed's `register_external_parameter`)."""
+        attention = self.model.grounding_pool.attention
+        if hasattr(attention.out_proj.weight, "ds_id"):
+            from deepspeed.runtime.zero.partition_parameters import register_external_parameter
+
+            for param in attention.out_proj.parameters():
+                register_external_parameter(attention, param)
+        self._zero3_ready = True
 
     def options(self) -> dict:
         return {"objective": self.objective_name, "part_loss_weight": self.part_loss_weight}
 
     def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        if not self._zero3_ready:  # once: the weights are partitioned when the loop prepares the model
+            self._gather_pool_weights_with_it()
         outputs = model(**batch)
         sub_embeds = outputs.text_model_output.sub_caption_embeds
         subs, chunks = sub_embeds.shape[1], self.model.config.text_config.num_chunks

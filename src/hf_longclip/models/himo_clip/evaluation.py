@@ -11,7 +11,7 @@ from __future__ import annotations
 from ...evaluation.encoding import ImageColumn, cached_text_encoder, encode_images
 from ...evaluation.tasks import himo_task, ssi_task
 from ...metrics.retrieval import recall_at_k
-from ...objectives.molo import kept_components
+from .objective import kept_components
 
 
 def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, progress: bool = True,

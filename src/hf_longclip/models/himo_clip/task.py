@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from hf_longclip.models.himo_clip.objective import MoLoLoss
+from hf_longclip.models.himo_clip.objective import HIDE_MODALITIES, HIDE_SCOPES, MoLoLoss
 from hf_longclip.training.task import ContrastiveTask
 
 
@@ -33,6 +33,12 @@ class HiMoCLIPTask(ContrastiveTask):
             raise ValueError(f"molo_lambda must be >= 0, got {molo_lambda}")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        if hide_scope not in HIDE_SCOPES:
+            raise ValueError(f"hide_scope must be one of {HIDE_SCOPES}, got {hide_scope!r}")
+        if hide_modalities not in HIDE_MODALITIES:
+            raise ValueError(f"hide_modalities must be one of {HIDE_MODALITIES}, got {hide_modalities!r}")
+        if not molo_global and molo_lambda == 0:
+            raise ValueError("molo_global=False needs molo_lambda > 0: there would be no loss")
         super().__init__(model, collate_fn, MoLoLoss(hide_tau, molo_lambda, hide_scope, label_smoothing,
                                                      hide_modalities, molo_global))
         self._options = dict(hide_tau=hide_tau, molo_lambda=molo_lambda, hide_scope=hide_scope,

@@ -12,7 +12,7 @@ from accelerate import Accelerator
 from transformers import CLIPModel, CLIPTextModel
 
 from hf_longclip.modeling_common.dual_encoder import end_of_text_positions
-from hf_longclip.models.onelip.objective import OneLIPLoss
+from hf_longclip.models.onelip.objective import TRIM_DECOMPOSITIONS, OneLIPLoss
 from hf_longclip.training.task import ContrastiveTask
 
 
@@ -78,6 +78,10 @@ class OneLIPTask(ContrastiveTask):
             raise ValueError(f"Eq. 10's weights must be >= 0, got {weights} and {weights_after}")
         if weight_switch_step < 0:
             raise ValueError(f"weight_switch_step must be >= 0, got {weight_switch_step}")
+        if token_distillation not in OneLIPLoss.DISTILLATIONS:
+            raise ValueError(f"token_distillation must be one of {OneLIPLoss.DISTILLATIONS}, got {token_distillation!r}")
+        if trim_decomposition not in TRIM_DECOMPOSITIONS:
+            raise ValueError(f"trim_decomposition must be one of {TRIM_DECOMPOSITIONS}, got {trim_decomposition!r}")
         objective = OneLIPLoss(trim_alpha, trim_top_k, trim_rank, weights, weights_after, weight_switch_step,
                                token_distillation, trim_decomposition)
         super().__init__(model, collate_fn, objective)
