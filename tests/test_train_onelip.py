@@ -140,8 +140,13 @@ def test_zero2_equals_one_process(single_process, datasets_cache, base_checkpoin
     # the text key bias does (RoPE rotates it differently at each position), and is compared
     compared = [name for name in expected if not name.startswith("vision_model") or "k_proj.bias" not in name]
     assert "trim_refine.queries" in compared and len(compared) > 20
+    # the text key bias's gradient is a sum of nearly cancelling rotated terms, so the processes' summation order
+    # shows through AdamW's normalisation: 1.4e-6 on one CPU (AMD EPYC, 2026-11-26), within 1e-6 on another; every
+    # other weight within 1e-6
     for name in compared:
-        torch.testing.assert_close(model.state_dict()[name], expected[name], atol=1e-6, rtol=0, msg=name)
+        atol = 2e-6 if "k_proj.bias" in name else 1e-6
+        torch.testing.assert_close(model.state_dict()[name], expected[name], atol=atol, rtol=0,
+                                   msg=lambda text, name=name: f"{name}: {text}")
 
 
 def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(single_process, datasets_cache, base_checkpoint,
