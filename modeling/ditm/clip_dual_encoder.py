@@ -9,9 +9,8 @@ import torch
 from torch import nn
 from transformers import AutoModel, CLIPModel, CLIPTextModel
 from transformers import initialization as init
-from transformers.utils import can_return_tuple
 
-from .dual_encoder import DualEncoderMixin, DualEncoderOutput, end_of_text_positions
+from .dual_encoder import DualEncoderMixin, end_of_text_positions
 from .positions import stretch_position_embeddings
 
 
@@ -83,23 +82,3 @@ class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
     def get_text_features(self, input_ids: torch.Tensor, *args, **kwargs):
         end_of_text_positions(input_ids, self.config.text_config.eos_token_id)  # the check: CLIP pools there
         return super().get_text_features(input_ids, *args, **kwargs)
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        pixel_values: torch.FloatTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        return_loss: bool | None = None,
-        interpolate_pos_encoding: bool = False,
-        **kwargs,
-    ) -> DualEncoderOutput:
-        r"""
-        return_loss (`bool`, *optional*):
-            Whether to return CLIP's symmetric InfoNCE over this batch (text i matching image i, no gather).
-        """
-        vision_outputs, text_outputs, image_embeds, text_embeds = self.encode_pair(
-            input_ids, pixel_values, attention_mask, position_ids, interpolate_pos_encoding, **kwargs
-        )
-        return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, return_loss)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from transformers.models.clip.modeling_clip import CLIPOutput
-from transformers.utils import is_tracing
+from transformers.utils import can_return_tuple, is_tracing
 
 from .saving import CodeBundleMixin
 
@@ -43,8 +43,9 @@ class DualEncoderMixin(CodeBundleMixin):
     """Saving of a dual-encoder model: its code bundle goes next to the weights, and the config also maps
     `AutoModelForZeroShotImageClassification` to the class, so that
     `pipeline("zero-shot-image-classification", model=path, trust_remote_code=True)` works. Also the joint forward
-    pass every model's `forward` is made of: `encode_pair` (both towers through the model's `get_image_features` /
-    `get_text_features`, L2-normalised) and `pair_output` (logits scaled by the model's `logit_scale`)."""
+    pass (`forward`; F-CAST's adds its sigmoid bias) and what it is made of: `encode_pair` (both towers through the
+    model's `get_image_features` / `get_text_features`, L2-normalised) and `pair_output` (logits scaled by the
+    model's `logit_scale`)."""
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         self.config.auto_map = {
@@ -52,6 +53,28 @@ class DualEncoderMixin(CodeBundleMixin):
             "AutoModelForZeroShotImageClassification": f"{type(self).__module__.split('.')[-1]}.{type(self).__name__}",
         }
         return super().save_pretrained(save_directory, *args, **kwargs)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        return_loss: bool | None = None,
+        interpolate_pos_encoding: bool = False,
+        **kwargs,
+    ) -> DualEncoderOutput:
+        r"""
+        return_loss (`bool`, *optional*):
+            Whether to return CLIP's symmetric InfoNCE over this batch (text i matching image i, no gather).
+        """
+        if input_ids.shape[0] == 0 or pixel_values.shape[0] == 0:
+            raise ValueError("the batch is empty: pass at least one text and one image (a non-empty batch)")
+        vision_outputs, text_outputs, image_embeds, text_embeds = self.encode_pair(
+            input_ids, pixel_values, attention_mask, position_ids, interpolate_pos_encoding, **kwargs
+        )
+        return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, return_loss)
 
     def encode_pair(self, input_ids, pixel_values, attention_mask=None, position_ids=None,
                     interpolate_pos_encoding: bool = False, **kwargs):

@@ -30,7 +30,6 @@ from transformers.utils.output_capturing import capture_outputs
 
 from hf_longclip.modeling_common.dual_encoder import (
     DualEncoderMixin,
-    DualEncoderOutput,
     end_of_text_positions,
 )
 from hf_longclip.modeling_common.positions import RotaryEmbedding, apply_rotary, ntk_inverse_frequencies
@@ -287,28 +286,6 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
         )
         outputs.pooler_output = self.visual_projection(outputs.pooler_output)
         return outputs
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        pixel_values: torch.FloatTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        return_loss: bool | None = None,
-        interpolate_pos_encoding: bool = False,
-        **kwargs,
-    ) -> DualEncoderOutput:
-        r"""
-        return_loss (`bool`, *optional*):
-            Whether to return CLIP's symmetric InfoNCE over this batch (text i matching image i, no gather).
-        """
-        if input_ids.shape[0] == 0 or pixel_values.shape[0] == 0:
-            raise ValueError("the batch is empty: pass at least one text and one image (a non-empty batch)")
-        vision_outputs, text_outputs, image_embeds, text_embeds = self.encode_pair(
-            input_ids, pixel_values, attention_mask, position_ids, interpolate_pos_encoding, **kwargs
-        )
-        return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, return_loss)
 
 
 __all__ = ["OneLIPModel", "OneLIPTextModel", "TRIMRefine"]
