@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from hf_longclip.data.text import cumulative_segments
+from hf_longclip.data.text import segment_ends
 from hf_longclip.metrics import METRIC_NAMES, himo_at_k, install_metrics, load
 from hf_longclip.metrics.install import script_path
 from hf_longclip.modeling_common.text import split_sentences
@@ -104,20 +104,20 @@ def test_split_sentences():
 @pytest.mark.parametrize(
     "n, k, expected",
     [
-        (5, 3, ["s1", "s1 s2 s3", "s1 s2 s3 s4 s5"]),  # paper: [1], [2-3], [4-5]
-        (6, 2, ["s1 s2 s3", "s1 s2 s3 s4 s5 s6"]),  # paper: the two halves
-        (4, 4, ["s1", "s1 s2", "s1 s2 s3", "s1 s2 s3 s4"]),
-        (7, 3, ["s1 s2", "s1 s2 s3 s4", "s1 s2 s3 s4 s5 s6 s7"]),  # remainder 1 goes to the last segment
+        (5, 3, [1, 3, 5]),  # paper: [1], [2-3], [4-5]
+        (6, 2, [3, 6]),  # paper: the two halves
+        (4, 4, [1, 2, 3, 4]),
+        (7, 3, [2, 4, 7]),  # remainder 1 goes to the last segment
     ],
 )
-def test_cumulative_segments(n, k, expected):
-    assert cumulative_segments([f"s{i}" for i in range(1, n + 1)], k) == expected
+def test_segment_ends(n, k, expected):
+    assert segment_ends(n, k) == expected
 
 
 @pytest.mark.parametrize("n, k, message", [(3, 0, "k must be >= 1"), (2, 3, "need at least k=3 sentences")])
-def test_cumulative_segments_errors(n, k, message):
+def test_segment_ends_errors(n, k, message):
     with pytest.raises(ValueError, match=message):
-        cumulative_segments(["s."] * n, k)
+        segment_ends(n, k)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The cumulative caption prefixes t_1..t_K of HiMo@K (HiMo-CLIP Sec. 4.2), from sentences split by
+"""Where the cumulative caption prefixes t_1..t_K of HiMo@K end (HiMo-CLIP Sec. 4.2), in sentences split by
 `modeling_common.text.split_sentences`."""
 
 from __future__ import annotations
@@ -19,8 +19,3 @@ def segment_ends(n: int, k: int) -> list[int]:
         ends.append(end)
     return ends
 
-
-def cumulative_segments(sentences: list[str], k: int) -> list[str]:
-    """Return the K cumulative prefix texts t_1..t_K of HiMo-CLIP Sec. 4.2 (segments as in `segment_ends`); t_k
-    joins the first k segments with single spaces."""
-    return [" ".join(sentences[:end]) for end in segment_ends(len(sentences), k)]
