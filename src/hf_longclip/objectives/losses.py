@@ -5,6 +5,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from hf_longclip.modeling_common.dual_encoder import pairwise_sigmoid_loss
+
 
 def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     """All-gather rows across processes keeping autograd; returns the global tensor and this rank's row offset.
@@ -82,8 +84,4 @@ def sigmoid_loss(
     Normalised by the number of local images as SigLIP does; summed over processes it is the loss of one process on
     the concatenated batch (texts gathered with gradient by the caller).
     """
-    logits = logit_scale * image_embeds @ all_text_embeds.T + logit_bias
-    signs = -torch.ones_like(logits)
-    rows = torch.arange(image_embeds.shape[0], device=logits.device)
-    signs[rows, rows + offset] = 1.0
-    return -F.logsigmoid(signs * logits).sum() / image_embeds.shape[0]
+    return pairwise_sigmoid_loss(logit_scale * image_embeds @ all_text_embeds.T + logit_bias, offset)

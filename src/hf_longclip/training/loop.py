@@ -275,7 +275,8 @@ def train(
             updates = task.after_optimizer_step(model, accelerator)
             record = {}
             if step == 1 or step % args.logging_steps == 0 or step == total_steps:
-                record.update(window.means(accelerator), lr=scheduler.get_last_lr()[0], **updates)
+                record.update(window.means(accelerator), lr=scheduler.get_last_lr()[0],
+                              **{key: float(value) for key, value in updates.items()})
                 if args.train_shards:  # skipped by every process so far
                     corrupt = torch.tensor(loader.corrupt_samples, device=accelerator.device)
                     record["corrupt_samples"] = int(accelerator.reduce(corrupt, reduction="sum").item())

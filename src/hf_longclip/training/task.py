@@ -11,8 +11,9 @@ queues) belongs to the task, in open_clip's style:
 Each model's own task lives in its folder (`hf_longclip.models.<arch>.task`). The loop calls, on every process:
 - `compute_loss(model, batch) -> {term: tensor}`: the objective's named terms (their sum is what is
   back-propagated; each term is logged on its own);
-- `after_optimizer_step(model, accelerator) -> {name: float}`: updates after each optimizer step (clamping the
-  logit scale, updating memory queues), returning values to log;
+- `after_optimizer_step(model, accelerator) -> {name: number or scalar tensor}`: updates after each optimizer step
+  (clamping the logit scale, updating memory queues), returning values to log (read on the host at logging steps
+  only);
 - `state_dict()` / `load_state_dict(state)`: small objective state that is not a model weight (step counts,
   counters), saved with every checkpoint, one file per process, and restored exactly on resume;
 - `save_files(directory, accelerator)` / `restore_files(directory | None, accelerator)`: state too large for a
@@ -56,12 +57,13 @@ def gathered(param: torch.nn.Parameter, modifier_rank: int | None = None):
     return contextlib.nullcontext()
 
 
-def clamp_logit_scale(accelerator: Accelerator, model: torch.nn.Module) -> float:
-    """Clamp the learned log temperature to [0, ln 100] in place (CLIP) and return exp of it."""
+def clamp_logit_scale(accelerator: Accelerator, model: torch.nn.Module) -> torch.Tensor:
+    """Clamp the learned log temperature to [0, ln 100] in place (CLIP) and return exp of it, a tensor: the loop
+    reads it on the host only when it logs, so the step itself does not wait for the device."""
     param = accelerator.unwrap_model(model).logit_scale
     with gathered(param, modifier_rank=0), torch.no_grad():
         param.clamp_(0, MAX_LOGIT_SCALE)
-        return param.exp().item()
+        return param.exp().squeeze()
 
 
 def sum_of_terms(terms: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -84,7 +86,7 @@ class Task:
     def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float]:
+    def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float | torch.Tensor]:
         return {}
 
     def state_dict(self) -> dict:
@@ -103,12 +105,12 @@ class Task:
 
 class ContrastiveTask(Task):
     """A dual encoder trained with a contrastive objective over its L2-normalised embeddings and its logit scale,
-    `objective(image_embeds, text_embeds, logit_scale)` (e.g. `hf_longclip.objectives.ClipLoss`); the logit scale is clamped to
-    [0, ln 100] after every optimizer step, as CLIP does."""
+    `objective(image_embeds, text_embeds, logit_scale)` (e.g. `hf_longclip.objectives.ClipLoss`); the logit scale
+    is clamped to [0, ln 100] after every optimizer step, as CLIP does."""
 
     def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
         outputs = model(**batch)
         return self.objective(outputs.image_embeds, outputs.text_embeds, outputs.logit_scale)
 
-    def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float]:
+    def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float | torch.Tensor]:
         return {"logit_scale": clamp_logit_scale(accelerator, model)}

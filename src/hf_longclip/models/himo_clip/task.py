@@ -41,11 +41,12 @@ class HiMoCLIPTask(ContrastiveTask):
             raise ValueError("molo_global=False needs molo_lambda > 0: there would be no loss")
         super().__init__(model, collate_fn, MoLoLoss(hide_tau, molo_lambda, hide_scope, label_smoothing,
                                                      hide_modalities, molo_global))
-        self._options = dict(hide_tau=hide_tau, molo_lambda=molo_lambda, hide_scope=hide_scope,
-                             label_smoothing=label_smoothing, hide_modalities=hide_modalities, molo_global=molo_global)
 
     def options(self) -> dict:
-        return dict(self._options)
+        objective = self.objective
+        return dict(hide_tau=objective.tau, molo_lambda=objective.weight, hide_scope=objective.scope,
+                    label_smoothing=objective.label_smoothing, hide_modalities=objective.modalities,
+                    molo_global=objective.use_global)
 
 
 __all__ = ["HiMoCLIPTask"]

@@ -79,7 +79,8 @@ class OneLIPTask(ContrastiveTask):
         if weight_switch_step < 0:
             raise ValueError(f"weight_switch_step must be >= 0, got {weight_switch_step}")
         if token_distillation not in OneLIPLoss.DISTILLATIONS:
-            raise ValueError(f"token_distillation must be one of {OneLIPLoss.DISTILLATIONS}, got {token_distillation!r}")
+            raise ValueError(f"token_distillation must be one of {OneLIPLoss.DISTILLATIONS}, got "
+                             f"{token_distillation!r}")
         if trim_decomposition not in TRIM_DECOMPOSITIONS:
             raise ValueError(f"trim_decomposition must be one of {TRIM_DECOMPOSITIONS}, got {trim_decomposition!r}")
         objective = OneLIPLoss(trim_alpha, trim_top_k, trim_rank, weights, weights_after, weight_switch_step,
@@ -137,7 +138,7 @@ class OneLIPTask(ContrastiveTask):
                 self.refresh_counts[key] += value
         return terms
 
-    def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float]:
+    def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float | torch.Tensor]:
         self.step += 1
         updates = super().after_optimizer_step(model, accelerator)
         if self.hard_negatives is not None:
