@@ -39,6 +39,17 @@ def local_contrastive_loss(logits_per_text: torch.Tensor) -> torch.Tensor:
     return (F.cross_entropy(logits_per_text, labels) + F.cross_entropy(logits_per_text.T, labels)) / 2
 
 
+def pairwise_sigmoid_loss(logits_per_image: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """SigLIP's pairwise sigmoid loss (Zhai et al. 2023, Eq. 1; F-CAST Eq. 8) of scaled and biased logits, local
+    images x texts: -sum over pairs of log sigmoid(z_ij logit_ij) / local images, z_ij = 1 for the matching pair
+    (image i, text offset + i) and -1 otherwise. F-CAST's `forward(return_loss=True)` and the training objectives'
+    `sigmoid_loss` over the gathered texts both compute it here."""
+    signs = -torch.ones_like(logits_per_image)
+    rows = torch.arange(logits_per_image.shape[0], device=logits_per_image.device)
+    signs[rows, rows + offset] = 1.0
+    return -F.logsigmoid(signs * logits_per_image).sum() / logits_per_image.shape[0]
+
+
 class DualEncoderMixin(CodeBundleMixin):
     """Saving of a dual-encoder model: its code bundle goes next to the weights, and the config also maps
     `AutoModelForZeroShotImageClassification` to the class, so that

@@ -35,6 +35,7 @@ from .dual_encoder import (
     DualEncoderMixin,
     DualEncoderOutput,
     end_of_text_positions,
+    pairwise_sigmoid_loss,
 )
 from .modeling_cast import CASTVisionModel
 
@@ -334,8 +335,7 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
             if image_embeds.shape[0] != text_embeds.shape[0]:
                 raise ValueError(f"the loss pairs image i with caption i: got {image_embeds.shape[0]} images and "
                                  f"{text_embeds.shape[0]} captions")
-            signs = 2 * torch.eye(logits_per_text.shape[0], device=logits_per_text.device) - 1
-            loss = -F.logsigmoid(signs * logits_per_text).sum() / image_embeds.shape[0]
+            loss = pairwise_sigmoid_loss(logits_per_text.T)
         return FCASTOutput(
             loss=loss, logits_per_image=logits_per_text.T, logits_per_text=logits_per_text, text_embeds=text_embeds,
             image_embeds=image_embeds, text_model_output=text_outputs, vision_model_output=vision_outputs,
