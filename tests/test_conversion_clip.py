@@ -355,3 +355,24 @@ print(json.dumps({{"ids": inputs["input_ids"][0].tolist(), "features": features[
         expected = released_longclip_text(source, table, table_res, ids)[0]
     assert (torch.tensor(loaded["features"]) - expected).abs().max() < TOLERANCE
     assert json.loads((output / "config.json").read_text())["model_type"] == "himo_clip"
+
+
+@pytest.mark.slow
+def test_push_to_hub_with_a_model_card(tmp_path):
+    """`--push-to-hub` uploads the converted checkpoint (to the loopback fake Hub of tests/fake_hub.py) with a card
+    naming the source's license and paper, the verified tolerance and the paper's results as reported."""
+    import subprocess
+
+    from fake_hub import FakeHub
+    from test_hub_push import TOKEN, hub_env
+
+    path, *_ = longclip_release(tmp_path)
+    with FakeHub(token=TOKEN) as hub:
+        proc = subprocess.run([sys.executable, "-m", "hf_longclip.cli", "convert", "longclip", str(path),
+                               str(tmp_path / "out"), "--bpe-file", str(BPE_FILE), "--push-to-hub", "org/longclip-tiny"],
+                              env=hub_env(hub, tmp_path / "home"), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        card = hub.file("org/longclip-tiny", "README.md").decode()
+        assert hub.file("org/longclip-tiny", "config.json")
+    assert "license: apache-2.0" in card and "arXiv:2403.15378" in card and "within 1e-4" in card
+    assert "As reported by the authors, not measured on this conversion" in card and "82.7 / 86.1" in card
