@@ -9,6 +9,7 @@ A CLIP with 248 text positions, trained with MoLo = global InfoNCE + lambda * In
 from transformers import CLIPModel
 
 from .clip_dual_encoder import CLIPDualEncoder
+from .positions import LONGCLIP_KEEP_POSITIONS, KeptRowsEmbedding
 
 from .configuration_himo_clip import HiMoCLIPConfig
 
@@ -24,16 +25,30 @@ class HiMoCLIPModel(CLIPDualEncoder):
     config: HiMoCLIPConfig
     config_class = HiMoCLIPConfig
 
+    def __init__(self, config: HiMoCLIPConfig):
+        super().__init__(config)
+        embeddings = self.text_model.embeddings
+        table = embeddings.position_embedding
+        embeddings.position_embedding = KeptRowsEmbedding(*table.weight.shape, config.frozen_position_rows,
+                                                          device="meta")
+        embeddings.position_embedding.weight = table.weight  # the same parameter: its name and initialisation
+
     @classmethod
     def from_clip(
-        cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, stretch_positions: bool = True, **config_kwargs
+        cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, stretch_positions: bool = True,
+        frozen_position_rows: int | None = None, **config_kwargs
     ) -> "HiMoCLIPModel":
         """Build a HiMo-CLIP from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`).
 
         The text position table is stretched with Long-CLIP's knowledge-preserved scheme (77 -> 248) unless
         `stretch_positions=False` (a 77-token baseline); `config_kwargs` set configuration options.
+        `frozen_position_rows` (see `HiMoCLIPConfig`) defaults to the 20 rows stretching keeps, as Long-CLIP
+        fine-tunes, and to 0 without stretching.
         """
-        return super().from_clip(clip, stretch_positions, **config_kwargs)
+        if frozen_position_rows is None:
+            frozen_position_rows = LONGCLIP_KEEP_POSITIONS if stretch_positions else 0
+        return super().from_clip(clip, stretch_positions, frozen_position_rows=frozen_position_rows,
+                                 **config_kwargs)
 
 
 __all__ = ["HiMoCLIPModel"]

@@ -48,6 +48,18 @@ def _shard(args: argparse.Namespace) -> None:
     print(f"{len(dataset)} samples in {args.output_dir}/ (manifest: {manifest})")
 
 
+def _convert(args: argparse.Namespace) -> None:
+    from .conversion import convert_checkpoint, push_converted, save_converted
+
+    model, processor = convert_checkpoint(args.format, args.checkpoint, args.tokenizer, args.bpe_file)
+    output = save_converted(model, processor, args.output_dir, args.text_encoder_only)
+    what = "text encoder" if args.text_encoder_only else type(model).__name__
+    print(f"wrote the {what} converted from {args.checkpoint} to {output}/"
+          + ("" if processor is not None else " (no processor: pass --tokenizer or --bpe-file to add one)"))
+    if args.push_to_hub:
+        print(f"pushed: {push_converted(output, args.push_to_hub, args.format, args.text_encoder_only)}")
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Keeps the epilog's lines; appends "(default: ...)" to an option's help unless it already tells its default
     (or the option is required)."""
@@ -116,6 +128,26 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     evaluate.add_argument("--output-dir", type=Path, default=Path("eval"), help="where report.json and the plots go")
     evaluate.set_defaults(run=_eval)
+
+    from .conversion import FORMATS
+
+    convert = add_command("convert", "convert released weights (Long-CLIP, HiMo-CLIP, OpenAI CLIP, open_clip, ...) "
+                                     "into a checkpoint that loads with AutoModel / AutoProcessor",
+                          epilog="docs/converting.md gives each format's source and a reproduction recipe")
+    convert.add_argument("format", choices=list(FORMATS), help="the checkpoint's release format")
+    convert.add_argument("checkpoint", type=Path, help="the released .pt / .pth / .bin / .safetensors file (read "
+                                                        "as weights only: no code from it runs)")
+    convert.add_argument("output_dir", type=Path, help="where the converted checkpoint goes")
+    text = convert.add_mutually_exclusive_group()
+    text.add_argument("--tokenizer", help="a transformers CLIP tokenizer (Hub id or folder) for the processor")
+    text.add_argument("--bpe-file", type=Path, help="OpenAI's bpe_simple_vocab_16e6.txt.gz: builds the CLIP "
+                                                     "tokenizer offline")
+    convert.add_argument("--text-encoder-only", action="store_true",
+                         help="write the text tower alone as a plain transformers text model (for diffusers / "
+                              "ComfyUI; default: off)")
+    convert.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload it, with a model card, to this Hub "
+                                                                   "repository (default: no upload)")
+    convert.set_defaults(run=_convert)
 
     shard = add_command("shard", "write training data as WebDataset tar shards with a manifest, for --train_shards")
     shard.add_argument("source", help="'synthetic', a benchmark name, a CSV / JSON Lines file (image path, caption) "

@@ -5,6 +5,7 @@ frequencies (OneLIP Eq. 2, Sec. 4.1)."""
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -42,6 +43,30 @@ def stretch_position_embeddings(
     interpolated = tail[:-1, None] * (1 - frac)[None, :, None] + tail[1:, None] * frac[None, :, None]
     extrapolated = weight[-1] + frac[:, None] * (weight[-1] - weight[-2])
     return torch.cat([weight[:keep], interpolated.reshape(-1, dim), extrapolated])
+
+
+class KeptRowsEmbedding(nn.Embedding):
+    """An embedding table whose first `kept_rows` rows receive no gradient: Long-CLIP's fine-tuning, which keeps
+    the position rows [0, 20) that stretching preserved (its `positional_embedding`, `requires_grad=False`) and
+    trains the others (its `positional_embedding_res`). The rows are detached in the forward pass, so any
+    optimizer sees a zero gradient there; a decoupled weight decay still shrinks them unless the training loop
+    restores them (HiMo-CLIP's task does after each optimizer step)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, kept_rows: int = 0, **kwargs):
+        if not 0 <= kept_rows < num_embeddings:
+            raise ValueError(f"kept_rows must be in [0, {num_embeddings}), got {kept_rows}")
+        super().__init__(num_embeddings, embedding_dim, **kwargs)
+        self.kept_rows = kept_rows
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        weight = self.weight
+        if self.kept_rows and weight.requires_grad and torch.is_grad_enabled():
+            weight = torch.cat([weight[:self.kept_rows].detach(), weight[self.kept_rows:]])
+        return F.embedding(ids, weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq,
+                           self.sparse)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, kept_rows={self.kept_rows}"
 
 
 def ntk_inverse_frequencies(

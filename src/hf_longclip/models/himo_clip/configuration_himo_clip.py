@@ -15,9 +15,18 @@ class HiMoCLIPConfig(CodeBundleMixin, CLIPConfig):
     Configuration of [`HiMoCLIPModel`]: a [`CLIPConfig`] whose text encoder defaults to 248 positions (Long-CLIP's
     stretching of CLIP's 77). MoLo's and HiDe's hyper-parameters (tau, lambda, ...) are training options, arguments
     of `hf_longclip.models.himo_clip.task.HiMoCLIPTask`, not part of the model.
+
+    frozen_position_rows (`int`, defaults to 0):
+        The first text position rows kept frozen in training (they receive no gradient; HiMo-CLIP's task also keeps
+        them from weight decay): Long-CLIP's and HiMo-CLIP's fine-tuning keeps rows 0-19, the rows its stretching
+        preserved from CLIP, and trains rows 20-247. `HiMoCLIPModel.from_clip` sets 20 when it stretches and the
+        converted Long-CLIP / HiMo-CLIP checkpoints carry 20; a model built from a configuration trains every row
+        (nothing was preserved).
     """
 
     model_type = "himo_clip"
+
+    frozen_position_rows: int = 0
 
     def __post_init__(self, **kwargs):
         if self.text_config is None:
@@ -25,6 +34,10 @@ class HiMoCLIPConfig(CodeBundleMixin, CLIPConfig):
         elif isinstance(self.text_config, dict):
             self.text_config.setdefault("max_position_embeddings", HIMO_TEXT_POSITIONS)
         super().__post_init__(**drop_training_options(kwargs, TRAINING_OPTIONS, "HiMoCLIPTask"))
+        positions = self.text_config.max_position_embeddings
+        if not 0 <= self.frozen_position_rows < positions:
+            raise ValueError(f"frozen_position_rows must be in [0, {positions}) (the text positions), "
+                             f"got {self.frozen_position_rows}")
 
 
 __all__ = ["HiMoCLIPConfig"]

@@ -2,10 +2,20 @@
 
 from collections.abc import Callable
 
+import torch
+from accelerate import Accelerator
 from torch import nn
 
+from hf_longclip.modeling_common.positions import KeptRowsEmbedding
 from hf_longclip.models.himo_clip.objective import HIDE_MODALITIES, HIDE_SCOPES, MoLoLoss
-from hf_longclip.training.task import ContrastiveTask
+from hf_longclip.training.task import ContrastiveTask, gathered
+
+
+def kept_position_table(model: nn.Module) -> KeptRowsEmbedding | None:
+    """The model's text position table if it keeps rows frozen (`HiMoCLIPConfig.frozen_position_rows`), else None."""
+    text_model = getattr(model, "text_model", None)
+    table = getattr(getattr(text_model, "embeddings", None), "position_embedding", None)
+    return table if isinstance(table, KeptRowsEmbedding) and table.kept_rows else None
 
 
 class HiMoCLIPTask(ContrastiveTask):
@@ -22,6 +32,10 @@ class HiMoCLIPTask(ContrastiveTask):
     hide_modalities: "text" (the paper's method) or "both", which also decomposes the image embeddings (Table 5's
         L_comp^{u,v}).
     molo_global: keep the global term (Eq. 2); False trains on the component loss alone (Table 5's L_comp).
+
+    The frozen text position rows (`HiMoCLIPConfig.frozen_position_rows`, Long-CLIP's fine-tuning) get no gradient
+    from the model; after each optimizer step the task also writes back their values from the start of training,
+    so AdamW's decoupled weight decay leaves them unchanged too, as the official code's `requires_grad=False` does.
     """
 
     def __init__(self, model: nn.Module, collate_fn: Callable, hide_tau: float = 0.9, molo_lambda: float = 1.0,
@@ -41,6 +55,19 @@ class HiMoCLIPTask(ContrastiveTask):
             raise ValueError("molo_global=False needs molo_lambda > 0: there would be no loss")
         super().__init__(model, collate_fn, MoLoLoss(hide_tau, molo_lambda, hide_scope, label_smoothing,
                                                      hide_modalities, molo_global))
+        table = kept_position_table(model)
+        if table is not None:
+            with gathered(table.weight), torch.no_grad():
+                self.kept_positions = table.weight[:table.kept_rows].detach().clone()
+
+    def after_optimizer_step(self, model: nn.Module, accelerator: Accelerator) -> dict:
+        table = kept_position_table(accelerator.unwrap_model(model))
+        if table is not None:
+            with gathered(table.weight, modifier_rank=0), torch.no_grad():
+                if self.kept_positions.device != table.weight.device:  # once, after the model moved
+                    self.kept_positions = self.kept_positions.to(table.weight.device)
+                table.weight[:table.kept_rows].copy_(self.kept_positions)
+        return super().after_optimizer_step(model, accelerator)
 
     def options(self) -> dict:
         objective = self.objective

@@ -1,0 +1,322 @@
+"""Released checkpoints into the library's classes: the one place where the library reads pickles.
+
+    model, processor = convert_checkpoint("longclip", "longclip-L.pt", bpe_file="bpe_simple_vocab_16e6.txt.gz")
+    save_converted(model, processor, "longclip-L-hf")
+
+`load_original_checkpoint` reads a `torch.load` file with `weights_only=True` (TorchScript archives, OpenAI's `.pt`
+release format, by a restricted reader that runs none of their code), `clip_tokenizer` builds the CLIP tokenizer
+(a transformers id or folder, or OpenAI's BPE file offline), and `FORMATS` names each format's converter:
+`convert(state_dict, tokenizer) -> (model, processor or None)`, sizes inferred from the state dict.
+`hf-longclip convert` is `convert_checkpoint` + `save_converted` (+ `push_converted`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import io
+import json
+import pickle
+import tempfile
+import zipfile
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported where a checkpoint is read: `hf-longclip --help` lists FORMATS without it
+    import torch
+
+# format -> "module:function", imported only when that format is converted
+FORMATS = {
+    "openai": "hf_longclip.convert_clip:convert_openai",
+    "open_clip": "hf_longclip.convert_clip:convert_open_clip",
+    "open_clip_quickgelu": "hf_longclip.convert_clip:convert_open_clip_quickgelu",
+    "longclip": "hf_longclip.models.himo_clip.convert_longclip:convert_longclip",
+    "himo": "hf_longclip.models.himo_clip.convert_longclip:convert_himo",
+    "tulip": "hf_longclip.models.onelip.convert_tulip:convert",
+    "flair": "hf_longclip.models.fcast.convert_flair:convert",
+    "cast": "hf_longclip.models.cast.convert_cast:convert",
+}
+# the keys training checkpoints nest their weights under, and the prefixes wrappers add (DDP, torch.compile)
+_NESTED_KEYS = ("state_dict", "model", "module")
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What a converted model's card says about its source: the method, its paper, where the weights come from,
+    their license, and results the paper reports (shown as reported, never as measured here)."""
+
+    name: str
+    paper: str
+    url: str
+    license: str
+    reported: dict[str, str] = field(default_factory=dict)
+    tolerance: str = "1e-4"  # the parity with the original code that tests/test_conversion_clip.py verifies
+
+
+# ---------------------------------------------------------------------------------------------- reading checkpoints
+
+# TorchScript storage classes -> torch dtype names
+_STORAGE_DTYPES = {
+    "FloatStorage": "float32", "HalfStorage": "float16", "BFloat16Storage": "bfloat16", "DoubleStorage": "float64",
+    "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
+    "ByteStorage": "uint8", "BoolStorage": "bool",
+}
+
+
+class _ScriptObject:
+    """A TorchScript module's saved attributes (its `__torch__` class is never imported or run)."""
+
+    def __setstate__(self, state):
+        self.attributes = state if isinstance(state, dict) else {}
+
+
+class _ScriptArchiveUnpickler(pickle.Unpickler):
+    """Reads the `data.pkl` of a TorchScript archive allowing tensors, ordered dicts and module attribute holders
+    only; any other global is refused."""
+
+    def __init__(self, data: bytes, archive: zipfile.ZipFile, prefix: str):
+        super().__init__(io.BytesIO(data))
+        self.archive, self.prefix = archive, prefix
+
+    def find_class(self, module: str, name: str):
+        if module == "torch._utils" and name == "_rebuild_tensor_v2":
+            return _rebuild_tensor
+        if module == "collections" and name == "OrderedDict":
+            return OrderedDict
+        if module == "torch" and name in _STORAGE_DTYPES:
+            import torch
+
+            return getattr(torch, _STORAGE_DTYPES[name])
+        if module.startswith("__torch__"):
+            return _ScriptObject
+        raise pickle.UnpicklingError(f"the TorchScript archive names {module}.{name}, which is not a tensor or a "
+                                     "module attribute: refusing to read it")
+
+    def persistent_load(self, pid):
+        kind, dtype, key, _location, numel = pid
+        if kind != "storage":
+            raise pickle.UnpicklingError(f"unknown persistent record {kind!r} in the TorchScript archive")
+        import torch
+
+        raw = bytearray(self.archive.read(f"{self.prefix}/data/{key}"))
+        return torch.frombuffer(raw, dtype=dtype, count=numel) if numel else torch.empty(0, dtype=dtype)
+
+
+def _rebuild_tensor(storage, offset, size, stride, *_ignored):
+    return storage.as_strided(size, stride, offset).clone()
+
+
+def _script_tensors(obj, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Dotted name -> tensor for every tensor attribute of a TorchScript module tree (what `state_dict()` holds,
+    plus tensor attributes that are not weights, e.g. an attention mask)."""
+    import torch
+
+    found = {}
+    for name, value in obj.attributes.items():
+        if isinstance(value, torch.Tensor):
+            found[prefix + name] = value
+        elif isinstance(value, _ScriptObject):
+            found.update(_script_tensors(value, f"{prefix}{name}."))
+    return found
+
+
+def _read_torchscript(path: Path, archive: zipfile.ZipFile) -> dict[str, torch.Tensor]:
+    pickles = [name for name in archive.namelist() if name.endswith("/data.pkl") and name.count("/") == 1]
+    if len(pickles) != 1:
+        raise ValueError(f"{path} is a TorchScript archive without a single data.pkl")
+    prefix = pickles[0].split("/")[0]
+    root = _ScriptArchiveUnpickler(archive.read(pickles[0]), archive, prefix).load()
+    if not isinstance(root, _ScriptObject):
+        raise ValueError(f"{path}: the TorchScript archive does not hold a module")
+    return _script_tensors(root)
+
+
+def _is_torchscript(archive: zipfile.ZipFile) -> bool:
+    return any(name.endswith("/constants.pkl") for name in archive.namelist())
+
+
+def _unwrap(checkpoint, path) -> dict[str, torch.Tensor]:
+    """The flat name -> tensor dict inside a checkpoint: under `state_dict` / `model` / `module` if nested there,
+    without DDP's `module.` or torch.compile's `_orig_mod.` prefixes."""
+    import torch
+
+    while isinstance(checkpoint, dict) and not any(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+        nested = next((checkpoint[key] for key in _NESTED_KEYS if isinstance(checkpoint.get(key), dict)), None)
+        if nested is None:
+            raise ValueError(f"{path} holds no weights: a dict with keys {sorted(checkpoint)[:10]}")
+        checkpoint = nested
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{path} holds a {type(checkpoint).__name__}, not a dict of weights")
+    weights = {name: value for name, value in checkpoint.items() if isinstance(value, torch.Tensor)}
+    while wrapper := next((w for w in _WRAPPER_PREFIXES if all(name.startswith(w) for name in weights)), None):
+        weights = {name[len(wrapper):]: value for name, value in weights.items()}
+    return weights
+
+
+def load_original_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+    """The weights of a released checkpoint, name -> tensor, read without running any code from the file.
+
+    A `torch.save` pickle is read with `torch.load(weights_only=True)` (a file that needs more, e.g. a pickled
+    model object or argparse namespace, is refused with the reason); a TorchScript archive (OpenAI's `.pt`) by a
+    reader that only rebuilds its tensors; a `.safetensors` file directly. Weights nested under `state_dict`,
+    `model` or `module`, and DDP's `module.` prefixes, are unwrapped.
+    """
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint file at {path}")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            if _is_torchscript(archive):
+                return _read_torchscript(path, archive)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ValueError(
+            f"{path} is not a plain weights file: torch.load(weights_only=True) refused it ({str(err).splitlines()[0]}). "
+            "Only weights are read here; save the state dict alone (torch.save(model.state_dict(), ...)) from code "
+            "you trust."
+        ) from None
+    return _unwrap(checkpoint, path)
+
+
+# ------------------------------------------------------------------------------------------------------ tokenizer
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map, which CLIP's BPE vocabulary is written in, in its order:
+    the printable bytes as themselves, then every other byte as chr(256 + n)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [byte for byte in range(256) if byte not in printable]
+    return {**{byte: chr(byte) for byte in printable}, **{byte: chr(256 + n) for n, byte in enumerate(others)}}
+
+
+# OpenAI's tokenizer uses the first 48,894 merges of its BPE file: 49,408 ids = 2 x 256 bytes + merges + 2 specials
+CLIP_MERGES = 49152 - 256 - 2
+
+
+def _vocabulary_files(bpe_file: Path, directory: Path) -> tuple[Path, Path]:
+    """vocab.json and merges.txt of OpenAI's CLIP tokenizer, from its `bpe_simple_vocab_16e6.txt.gz`."""
+    with gzip.open(bpe_file, "rt", encoding="utf-8") as handle:
+        merges = handle.read().split("\n")[1:CLIP_MERGES + 1]
+    if len(merges) != CLIP_MERGES or any(len(merge.split(" ")) != 2 for merge in merges):
+        raise ValueError(f"{bpe_file} is not OpenAI's CLIP BPE file (bpe_simple_vocab_16e6.txt.gz)")
+    symbols = list(_bytes_to_unicode().values())
+    tokens = symbols + [symbol + "</w>" for symbol in symbols] + ["".join(merge.split(" ")) for merge in merges]
+    tokens += ["<|startoftext|>", "<|endoftext|>"]
+    vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
+    vocab_path.write_text(json.dumps({token: index for index, token in enumerate(tokens)}), encoding="utf-8")
+    merges_path.write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    return vocab_path, merges_path
+
+
+def clip_tokenizer(tokenizer: str | None = None, bpe_file: str | Path | None = None, max_length: int = 248):
+    """A transformers `CLIPTokenizer` reading `max_length` tokens: from a Hub id or folder (`tokenizer`), or built
+    offline from OpenAI's BPE file (`bpe_file`, `bpe_simple_vocab_16e6.txt.gz`, which the CLIP, Long-CLIP and
+    open_clip repositories ship). Padding uses id 0, as OpenAI's `clip.tokenize` and Long-CLIP's pad with zeros, so
+    the ids equal the original tokenizer's; truncation keeps the end-of-text token last."""
+    from transformers import CLIPTokenizer
+
+    if (tokenizer is None) == (bpe_file is None):
+        raise ValueError("give either a tokenizer (Hub id or folder) or OpenAI's BPE file, not both or neither")
+    if tokenizer is not None:
+        loaded = CLIPTokenizer.from_pretrained(tokenizer, model_max_length=max_length)
+    else:
+        bpe_file = Path(bpe_file)
+        if not bpe_file.is_file():
+            raise FileNotFoundError(f"no BPE file at {bpe_file}")
+        with tempfile.TemporaryDirectory() as directory:
+            vocab, merges = _vocabulary_files(bpe_file, Path(directory))
+            loaded = CLIPTokenizer(str(vocab), str(merges), model_max_length=max_length)
+    loaded.pad_token = loaded.convert_ids_to_tokens(0)  # "!": the original tokenizers' padding id
+    return loaded
+
+
+# ----------------------------------------------------------------------------------------------------- converting
+
+def converter(format: str) -> Callable:
+    """The converter of `format` (a FORMATS key), imported on demand."""
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r}; choose among {', '.join(FORMATS)}")
+    module, function = FORMATS[format].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def convert_checkpoint(format: str, checkpoint: str | Path, tokenizer: str | None = None,
+                       bpe_file: str | Path | None = None):
+    """(model, processor) converted from the released `checkpoint` file of `format` (see FORMATS); the processor
+    is None when neither `tokenizer` nor `bpe_file` is given (the model alone is converted)."""
+    convert = converter(format)
+    state_dict = load_original_checkpoint(checkpoint)
+    text_tokenizer = None if tokenizer is None and bpe_file is None else clip_tokenizer(tokenizer, bpe_file)
+    return convert(state_dict, text_tokenizer)
+
+
+def source_info(format: str) -> SourceInfo | None:
+    """The card information a converter module declares for `format` (its `SOURCES` dict), if any."""
+    module = importlib.import_module(FORMATS[format].split(":")[0])
+    return getattr(module, "SOURCES", {}).get(format)
+
+
+def save_converted(model, processor, output_dir: str | Path, text_encoder_only: bool = False) -> Path:
+    """Write a converted model (and its processor) to `output_dir` as a checkpoint that loads with `AutoModel` /
+    `AutoProcessor` (`trust_remote_code=True` for the library's classes). With `text_encoder_only`, the text tower
+    alone, as the plain transformers text model of `hf_longclip.diffusion.text_encoder_for_diffusion` (a
+    `CLIPTextModel` with all the model's positions for HiMo-CLIP, which diffusers loads without our code), and the
+    tokenizer beside it."""
+    output_dir = Path(output_dir)
+    if text_encoder_only:
+        from .diffusion import text_encoder_for_diffusion
+
+        encoder, max_length = text_encoder_for_diffusion(model)
+        encoder.save_pretrained(output_dir)
+        if processor is not None:
+            processor.tokenizer.model_max_length = max_length
+            processor.tokenizer.save_pretrained(output_dir)
+        return output_dir
+    model.save_pretrained(output_dir)
+    if processor is not None:
+        processor.save_pretrained(output_dir)
+    return output_dir
+
+
+def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False):
+    """The model card of a converted checkpoint: the source's method, paper, license and origin, what was
+    converted and the verified parity, and the paper's results marked as reported by its authors."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    info = source_info(format)
+    if info is None:
+        raise ValueError(f"the {format} converter declares no source information for a model card")
+    what = "its text tower, as a transformers `CLIPTextModel`" if text_encoder_only else "the whole model"
+    reported = "\n".join(f"| {name} | {value} |" for name, value in info.reported.items())
+    data = ModelCardData(license=info.license, library_name="transformers",
+                         tags=["hf-longclip", "clip", "long-captions", "converted"])
+    body = (
+        f"---\n{data.to_yaml()}\n---\n\n# {repo_id.split('/')[-1]}\n\n"
+        f"{info.name} ({info.paper}), converted from the released weights ({info.url}) by "
+        f"`hf-longclip convert {format}`: {what}. The weights are the authors'; their license applies.\n\n"
+        f"Parity: features and logits of this checkpoint equal those of the original implementation on the same "
+        f"weights within {info.tolerance} (float32), on texts of 10, 100 and 240 tokens and on images (verified on "
+        "random weights saved in the released format; see hf-longclip's tests/test_conversion_clip.py).\n\n"
+    )
+    if reported:
+        body += ("## Results reported in the paper\n\nAs reported by the authors, not measured on this conversion:"
+                 f"\n\n| benchmark | reported |\n| --- | --- |\n{reported}\n")
+    return ModelCard(body)
+
+
+def push_converted(output_dir: str | Path, repo_id: str, format: str, text_encoder_only: bool = False) -> str:
+    """Upload a converted checkpoint with its `conversion_card`; returns the commit URL."""
+    from .training.hub import push_to_hub
+
+    return push_to_hub(output_dir, repo_id, card=conversion_card(format, repo_id, text_encoder_only),
+                       commit_message=f"Convert the released {format} weights with hf-longclip")

@@ -1,0 +1,82 @@
+"""Long-CLIP's and HiMo-CLIP's released weights (`longclip-B.pt`, `longclip-L.pt`, `himo-clip_L.pt`, ...) into a
+`HiMoCLIPModel`.
+
+Both release a bare OpenAI-CLIP state dict (see `hf_longclip.convert_clip`) with two 248-row text position
+tables: the forward of Long-CLIP's `model_longclip.py` adds `positional_embedding * mask1 + positional_embedding_res
+* mask2`, mask1 selecting rows 0-19 and mask2 rows 20-247. They fold exactly into one table: rows 0-19 of the
+first, rows 20-247 of the second. The converted configuration keeps rows 0-19 frozen in training
+(`frozen_position_rows=20`), as their fine-tuning does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hf_longclip.conversion import SourceInfo
+from hf_longclip.convert_clip import clip_config_kwargs, clip_image_processor, clip_state_dict, load_converted
+from hf_longclip.modeling_common.positions import LONGCLIP_KEEP_POSITIONS
+
+from .configuration_himo_clip import HiMoCLIPConfig
+from .modeling_himo_clip import HiMoCLIPModel
+from .processing_himo_clip import HiMoCLIPProcessor
+
+_TABLE1 = "HiMo-CLIP paper, Table 1"
+_TABLE2 = "HiMo-CLIP paper, Table 2"
+SOURCES = {
+    "longclip": SourceInfo(
+        name="Long-CLIP", paper="Zhang et al., Long-CLIP: Unlocking the Long-Text Capability of CLIP, ECCV 2024, "
+                                "arXiv:2403.15378",
+        url="https://huggingface.co/BeichenZhang/LongCLIP-L (code: https://github.com/beichenzbc/Long-CLIP)",
+        license="apache-2.0",
+        reported={
+            f"Urban1k I2T/T2I R@1, ViT-B/16 ({_TABLE1})": "78.9 / 79.5",
+            f"Urban1k I2T/T2I R@1, ViT-L/14 ({_TABLE1})": "82.7 / 86.1",
+            f"DOCCI I2T/T2I R@1, ViT-L/14 ({_TABLE1})": "66.5 / 78.6",
+            f"Long-DCI I2T/T2I R@1, ViT-L/14 ({_TABLE1})": "46.5 / 54.3",
+            f"Flickr30k I2T/T2I R@1, ViT-L/14 ({_TABLE2})": "89.0 / 76.7",
+            f"COCO I2T/T2I R@1, ViT-L/14 ({_TABLE2})": "62.8 / 46.3",
+        }),
+    "himo": SourceInfo(
+        name="HiMo-CLIP", paper="Wu et al., Modeling Semantic Hierarchy and Monotonicity in Vision-Language "
+                                "Alignment, AAAI 2026",
+        url="https://huggingface.co/5RJ/HiMo-CLIP", license="apache-2.0",
+        reported={
+            f"Urban1k I2T/T2I R@1, ViT-B/16 ({_TABLE1})": "89.2 / 89.6",
+            f"Urban1k I2T/T2I R@1, ViT-L/14 ({_TABLE1})": "93.0 / 93.1",
+            f"DOCCI I2T/T2I R@1, ViT-L/14 ({_TABLE1})": "82.4 / 84.4",
+            f"Long-DCI I2T/T2I R@1, ViT-L/14 ({_TABLE1})": "62.2 / 61.9",
+            f"Flickr30k I2T/T2I R@1, ViT-L/14 ({_TABLE2})": "92.5 / 78.2",
+            f"COCO I2T/T2I R@1, ViT-L/14 ({_TABLE2})": "65.1 / 47.2",
+            "HiMo@K on HiMo-Docci, ViT-L/14 (HiMo-CLIP paper, Table 3)": "0.88",
+        }),
+}
+
+
+def fold_position_tables(state_dict: dict[str, torch.Tensor], keep: int = LONGCLIP_KEEP_POSITIONS) -> torch.Tensor:
+    """The one text position table equal to Long-CLIP's `positional_embedding * mask1 + positional_embedding_res *
+    mask2`: rows [0, keep) of the first table, the rest of the second."""
+    if "positional_embedding_res" not in state_dict:
+        raise ValueError("the checkpoint has no positional_embedding_res: not a Long-CLIP / HiMo-CLIP release "
+                         "(an OpenAI CLIP converts with the 'openai' format)")
+    kept, trained = state_dict["positional_embedding"], state_dict["positional_embedding_res"]
+    if kept.shape != trained.shape:
+        raise ValueError(f"the two position tables differ in shape: {tuple(kept.shape)} and {tuple(trained.shape)}")
+    return torch.cat([kept[:keep], trained[keep:]])
+
+
+def convert_longclip(state_dict: dict[str, torch.Tensor], tokenizer=None):
+    """A Long-CLIP (or HiMo-CLIP) release into `HiMoCLIPModel` (QuickGELU, OpenAI's activation, which both keep)
+    and, given a tokenizer, a `HiMoCLIPProcessor` reading 248 tokens."""
+    weights = {name: value for name, value in state_dict.items() if name != "positional_embedding_res"}
+    state, sizes = clip_state_dict(weights, text_positions=fold_position_tables(state_dict))
+    config = HiMoCLIPConfig(**clip_config_kwargs(sizes, "quick_gelu"), frozen_position_rows=LONGCLIP_KEEP_POSITIONS)
+    model = load_converted(HiMoCLIPModel, config, state)
+    if tokenizer is None:
+        return model, None
+    tokenizer.model_max_length = sizes["text_positions"]
+    processor = HiMoCLIPProcessor(image_processor=clip_image_processor(sizes["image_size"]), tokenizer=tokenizer,
+                                  max_length=sizes["text_positions"])
+    return model, processor
+
+
+convert_himo = convert_longclip  # the same release layout; the formats differ in their model cards (SOURCES)
