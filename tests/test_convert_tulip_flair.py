@@ -1,12 +1,20 @@
-"""TULIP checkpoints converted into OneLIPModel, checked against a transcription of TULIP's released forward.
+"""TULIP and FLAIR checkpoints (both open_clip's layout) converted into OneLIPModel and FCASTModel, checked against
+transcriptions of their released forwards.
 
-Reference: github.com/ivonajdenkoska/tulip (TULIP's code; mderakhshani/TULIP is the same project), commit
+TULIP's reference: github.com/ivonajdenkoska/tulip (TULIP's code; mderakhshani/TULIP is the same project), commit
 906e3f977685ee8b6dc9bc130f8ea14e3a3028d4, file open_clip/transformer_rope.py: `TextTransformerRoPE`,
 `TransformerRoPe`, `CustomResidualAttentionBlockRoPE`, `AttentionRoPE`, `apply_rotary_emb`, `precompute_freqs_cis`
 (the inference path of eval_tulip.py: `TextTransformerRoPE(context_length=248)`, plain RoPE) and
 `precompute_freqs_cis_dynamic_ntk_scaling` (its second training stage), and its `VisionTransformer` (open_clip's,
 transcribed here with torch's own `nn.MultiheadAttention`). Random tiny weights are saved as TULIP saves them
 (`{"state_dict": {"module." + key: tensor}}`) and read back with `torch.load(weights_only=True)`.
+
+FLAIR's reference: github.com/xiaorui638/flair, files src/flair/model.py (class `FLAIR`: `encode_image`,
+`encode_text`, `get_logits`, `get_logits_as_clip`) and src/flair/transformer.py (`PureAttentionPoolingBlock`,
+`VisionPostProcess`, `TextPostProcess`, `VisionTransformer` with `text_con=True`), read in the verbatim copy kept by
+github.com/lezhang7/colxlip (src/flair/model.py at commit 21be41947f30513341bab8d32d761bd4668c2e2b,
+src/flair/transformer.py at 579d3323e55faebba433d38aaa26052d2607fc94; the index here holds no snapshot of
+xiaorui638/flair itself). FLAIR saves a plain state dict.
 """
 
 import math
@@ -76,9 +84,10 @@ class Blocks(nn.Module):
 
 
 class VisionReference(nn.Module):
-    """open_clip's VisionTransformer (pool 'tok', ln_post before pooling, proj)."""
+    """open_clip's VisionTransformer (pool 'tok', ln_post before pooling, then `proj`; FLAIR's variant `text_con`
+    has no `proj` and returns the [CLS] and patch tokens after ln_post)."""
 
-    def __init__(self, act):
+    def __init__(self, act, proj=True):
         super().__init__()
         grid = IMAGE // PATCH
         self.conv1 = nn.Conv2d(3, VISION_WIDTH, PATCH, PATCH, bias=False)
@@ -86,15 +95,18 @@ class VisionReference(nn.Module):
         self.positional_embedding = nn.Parameter(torch.randn(grid * grid + 1, VISION_WIDTH))
         self.ln_pre, self.ln_post = nn.LayerNorm(VISION_WIDTH), nn.LayerNorm(VISION_WIDTH)
         self.transformer = Blocks(VISION_WIDTH, VISION_WIDTH // 64, 2, act)
-        self.proj = nn.Parameter(torch.randn(VISION_WIDTH, EMBED))
+        self.proj = nn.Parameter(torch.randn(VISION_WIDTH, EMBED)) if proj else None
 
-    def forward(self, images):
+    def tokens(self, images):
         x = self.conv1(images).flatten(2).transpose(1, 2)
         x = torch.cat([self.class_embedding.expand(x.shape[0], 1, -1), x], dim=1) + self.positional_embedding
         x = self.ln_pre(x).permute(1, 0, 2)
         for block in self.transformer.resblocks:
             x = block(x)
-        return self.ln_post(x.permute(1, 0, 2))[:, 0] @ self.proj
+        return self.ln_post(x.permute(1, 0, 2))
+
+    def forward(self, images):
+        return self.tokens(images)[:, 0] @ self.proj
 
 
 class TulipReference(nn.Module):
@@ -234,3 +246,135 @@ def test_unknown_keys_are_refused(converted, tmp_path):
     del state["visual.attnpool.positional_embedding"], state["ln_final.weight"]
     with pytest.raises(ValueError, match="ln_final.weight"):
         convert(state)
+
+
+class FlairPoolingReference(nn.Module):
+    """PureAttentionPoolingBlock: LayerNorms on queries, keys and values, torch's multi-head attention (8 heads,
+    batch first) with a zero key/value appended."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(dim, 8, kdim=dim, vdim=dim, batch_first=True, add_zero_attn=True)
+        self.ln_q, self.ln_k, self.ln_v = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
+
+    def forward(self, q, k, v):
+        return self.attn(self.ln_q(q), self.ln_k(k), self.ln_v(v), need_weights=False)[0]
+
+
+class PostProcessReference(nn.Module):
+    """VisionPostProcess / TextPostProcess with skip_ln=True, normalize_final=False: x @ proj."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.proj = nn.Parameter(torch.randn(width, EMBED))
+
+    def forward(self, x):
+        return x @ self.proj
+
+
+class FlairReference(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.visual = VisionReference(nn.GELU, proj=False)
+        self.visual_proj = FlairPoolingReference(EMBED)
+        self.token_embedding = nn.Embedding(VOCAB, TEXT_WIDTH)
+        self.positional_embedding = nn.Parameter(torch.randn(77, TEXT_WIDTH))
+        self.transformer = Blocks(TEXT_WIDTH, TEXT_HEADS, 2, nn.GELU)
+        self.ln_final = nn.LayerNorm(TEXT_WIDTH)
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(10.0)))
+        self.logit_bias = nn.Parameter(torch.tensor(-10.0))
+        self.image_post, self.text_post = PostProcessReference(VISION_WIDTH), PostProcessReference(TEXT_WIDTH)
+
+    def encode_image(self, images):
+        tokens = self.visual.tokens(images)
+        return tokens[:, 0], tokens[:, 1:]
+
+    def encode_text(self, text):
+        mask = torch.full((77, 77), float("-inf")).triu_(1)
+        x = (self.token_embedding(text) + self.positional_embedding).permute(1, 0, 2)
+        for block in self.transformer.resblocks:
+            x = block(x, mask)
+        x = self.ln_final(x.permute(1, 0, 2))
+        return x[torch.arange(x.shape[0]), text.argmax(dim=-1)]
+
+    def get_logits(self, images, text):
+        """FLAIR's text-conditioned logits (B images, T texts) and the conditioned image features (B, T, D)."""
+        global_image, local_image = self.encode_image(images)
+        global_text = self.text_post(self.encode_text(text))
+        local_image = self.image_post(local_image)
+        queries = global_text.unsqueeze(0).expand(images.shape[0], -1, -1)
+        conditioned = self.visual_proj(queries, local_image, local_image)
+        logits = self.logit_scale.exp() * torch.einsum(
+            "bij,bij->bi", F.normalize(conditioned, dim=-1), F.normalize(queries, dim=-1)) + self.logit_bias
+        return logits, conditioned
+
+    def get_logits_as_clip(self, images, text):
+        image = F.normalize(self.image_post(self.encode_image(images)[0]), dim=-1)
+        return self.logit_scale.exp() * image @ F.normalize(self.text_post(self.encode_text(text)), dim=-1).T
+
+
+@pytest.fixture(scope="module")
+def flair(tmp_path_factory):
+    from hf_longclip.models.fcast.convert_flair import convert as convert_flair
+
+    torch.manual_seed(3)
+    reference = FlairReference().eval()
+    randomize(reference, seed=4)
+    path = tmp_path_factory.mktemp("flair") / "flair-cc3m-recap.pt"
+    torch.save(reference.state_dict(), path)
+    model, processor = convert_flair(torch.load(path, weights_only=True))
+    assert processor is None
+    return reference, model
+
+
+@pytest.mark.parametrize("length", [10, 77])
+def test_flair_text_features_match(flair, length):
+    """FLAIR reads 77 tokens (its tokenizer truncates longer captions, the end token last)."""
+    reference, model = flair
+    ids = token_ids(length, 77, seed=length)
+    with torch.no_grad():
+        expected = reference.text_post(reference.encode_text(ids))
+        ours = model.get_text_features(input_ids=ids).pooler_output
+    difference = (ours - expected).abs().max().item()
+    print(f"FLAIR text, {length} tokens: max abs diff {difference:.2e}")
+    assert difference < 1e-4 and expected.abs().max() > 1e-2
+
+
+def test_flair_image_features_and_both_logits_match(flair):
+    """Global features and get_logits_as_clip; the text-conditioned features and get_logits through our
+    text-grounded pooling (`get_grounding` with every text given to every image)."""
+    reference, model = flair
+    images = torch.randn(3, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(5))
+    ids = token_ids(40, 77, batch=4)
+    with torch.no_grad():
+        expected_logits, expected_conditioned = reference.get_logits(images, ids)
+        ours = model(input_ids=ids, pixel_values=images)
+        grounding = model.get_grounding(images, None, ids[None].expand(3, -1, -1))
+        expected_image = reference.image_post(reference.encode_image(images)[0])
+    figures = {
+        "image features": (ours.vision_model_output.pooler_output - expected_image).abs().max().item(),
+        "CLIP-style logits": (ours.logits_per_image - ours.logit_bias - reference.get_logits_as_clip(images, ids))
+        .abs().max().item(),
+        "text-conditioned image features": (grounding.pooler_output - expected_conditioned).abs().max().item(),
+    }
+    text = F.normalize(ours.text_model_output.pooler_output, dim=-1)
+    logits = ours.logit_scale * (F.normalize(grounding.pooler_output, dim=-1) * text).sum(-1) + ours.logit_bias
+    figures["text-conditioned logits"] = (logits - expected_logits).abs().max().item()
+    print("FLAIR:", {name: f"{value:.2e}" for name, value in figures.items()})
+    assert max(figures.values()) < 1e-4
+    assert expected_conditioned.abs().max() > 1e-2 and expected_image.abs().max() > 1e-2
+    assert grounding.segment_attention.sum(-1).max() < 1  # the zero key takes a share: FLAIR's add_zero_attn
+
+
+def test_fcast_default_pooling_is_unchanged():
+    """F-CAST's own configuration keeps its pooling (one norm for keys and values, no zero key, raw tokens)."""
+    from hf_longclip import FCASTConfig, FCASTModel
+
+    model = FCASTModel(FCASTConfig(vision_backbone="vit", vision_config=dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8),
+        text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                         vocab_size=50), projection_dim=16, pool_heads=2))
+    pool = model.grounding_pool
+    assert pool.value_norm is None and not pool.attention.add_zero_attn and pool.attention.kdim == 32
+    with pytest.raises(ValueError, match="attention_pooling"):
+        FCASTConfig(attention_pooling="flat")
