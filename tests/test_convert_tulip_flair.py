@@ -378,3 +378,12 @@ def test_fcast_default_pooling_is_unchanged():
     assert pool.value_norm is None and not pool.attention.add_zero_attn and pool.attention.kdim == 32
     with pytest.raises(ValueError, match="attention_pooling"):
         FCASTConfig(attention_pooling="flat")
+
+
+def test_a_tokenizer_of_another_vocabulary_is_refused(converted, tmp_path):
+    """open_clip pools at the largest id: a tokenizer whose end token is another id would pool elsewhere."""
+    from conftest import char_clip_tokenizer
+
+    reference, _ = converted
+    with pytest.raises(ValueError, match="largest token id"):
+        convert(released_checkpoint(reference, tmp_path), char_clip_tokenizer())

@@ -6,6 +6,7 @@ names the keys no converter understood (`check_consumed`)."""
 import re
 
 import torch
+from transformers import CLIPImageProcessorPil
 
 OPENCLIP_HEAD_WIDTH = 64  # open_clip's (and OpenAI's) attention head width: heads are not in the state dict
 _BLOCK_KEYS = {"ln_1": "layer_norm1", "ln_2": "layer_norm2", "attn.out_proj": "self_attn.out_proj",
@@ -71,6 +72,23 @@ def vision_tower(state: dict[str, torch.Tensor], prefix: str = "visual.") -> tup
     return converted, config
 
 
+def special_token_ids(vocab_size: int, tokenizer, format_name: str) -> dict[str, int]:
+    """Text config token ids for an open_clip text tower, which pools at the largest token id (its end token): the
+    tokenizer's ids when one is given (refused if its end token is not that id)."""
+    special = dict(bos_token_id=vocab_size - 2, eos_token_id=vocab_size - 1)
+    if tokenizer is not None:
+        if tokenizer.eos_token_id != vocab_size - 1:
+            raise ValueError(f"{format_name} pools at the largest token id ({vocab_size - 1}), the tokenizer's end "
+                             f"token is {tokenizer.eos_token_id}: not this checkpoint's tokenizer")
+        special.update(bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id)
+    return special
+
+
+def clip_image_processor(size: int) -> CLIPImageProcessorPil:
+    """open_clip's inference preprocessing of a `size` px ViT: resize, centre crop, OpenAI's mean and std."""
+    return CLIPImageProcessorPil(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+
+
 def check_consumed(state: dict[str, torch.Tensor], format_name: str) -> None:
     """Raise if a converter left keys it did not read: a checkpoint of another layout, never silently dropped."""
     if state:
@@ -78,5 +96,5 @@ def check_consumed(state: dict[str, torch.Tensor], format_name: str) -> None:
                          f"{' ...' if len(state) > 10 else ''}")
 
 
-__all__ = ["OPENCLIP_HEAD_WIDTH", "check_consumed", "count_blocks", "pop", "residual_blocks",
-           "vision_tower"]
+__all__ = ["OPENCLIP_HEAD_WIDTH", "check_consumed", "clip_image_processor", "count_blocks", "pop",
+           "residual_blocks", "special_token_ids", "vision_tower"]

@@ -10,9 +10,18 @@ level without `text_projection` (`text_post.proj`), `visual_proj` (`PureAttentio
 """
 
 import torch
-from transformers import CLIPImageProcessorPil, CLIPTokenizer
+from transformers import CLIPTokenizer
 
-from hf_longclip.openclip_layout import OPENCLIP_HEAD_WIDTH, check_consumed, count_blocks, pop, residual_blocks, vision_tower
+from hf_longclip.openclip_layout import (
+    OPENCLIP_HEAD_WIDTH,
+    check_consumed,
+    clip_image_processor,
+    count_blocks,
+    pop,
+    residual_blocks,
+    special_token_ids,
+    vision_tower,
+)
 
 from .configuration_fcast import FCASTConfig
 from .modeling_fcast import FCASTModel
@@ -54,12 +63,7 @@ def convert(
     converted.update(logit_scale=logit_scale, logit_bias=logit_bias, part_logit_scale=logit_scale.clone(),
                      part_logit_bias=logit_bias.clone())
     check_consumed(state, "FLAIR")
-    special = dict(bos_token_id=vocab_size - 2, eos_token_id=vocab_size - 1)  # open_clip pools at the largest id
-    if tokenizer is not None:
-        if tokenizer.eos_token_id != vocab_size - 1:
-            raise ValueError(f"FLAIR pools at the largest token id ({vocab_size - 1}), the tokenizer's end token is "
-                             f"{tokenizer.eos_token_id}: not this checkpoint's tokenizer")
-        special.update(bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id)
+    special = special_token_ids(vocab_size, tokenizer, "FLAIR")
     projection_dim = converted["visual_projection.weight"].shape[0]
     config = FCASTConfig(
         vision_backbone="vit", vision_config=vision_config, attention_pooling="flair", pool_heads=FLAIR_POOL_HEADS,
@@ -80,8 +84,7 @@ def convert(
         raise ValueError(f"FLAIR conversion does not fill FCASTModel: missing {missing}, unexpected {unexpected}")
     processor = None
     if tokenizer is not None:
-        size = vision_config["image_size"]
-        image_processor = CLIPImageProcessorPil(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+        image_processor = clip_image_processor(vision_config["image_size"])
         processor = FCASTProcessor(image_processor=image_processor, tokenizer=tokenizer,
                                    max_length=positions.shape[0], num_chunks=1, needs_superpixels=False)
     return model.eval(), processor

@@ -19,9 +19,18 @@ What the released code runs, and how it maps here:
 """
 
 import torch
-from transformers import CLIPImageProcessorPil, CLIPTokenizer
+from transformers import CLIPTokenizer
 
-from hf_longclip.openclip_layout import OPENCLIP_HEAD_WIDTH, check_consumed, count_blocks, pop, residual_blocks, vision_tower
+from hf_longclip.openclip_layout import (
+    OPENCLIP_HEAD_WIDTH,
+    check_consumed,
+    clip_image_processor,
+    count_blocks,
+    pop,
+    residual_blocks,
+    special_token_ids,
+    vision_tower,
+)
 
 from .configuration_onelip import ONELIP_TEXT_POSITIONS, OneLIPConfig
 from .modeling_onelip import OneLIPModel
@@ -71,12 +80,7 @@ def convert(
         "logit_scale": pop(state, "logit_scale").reshape(1),
     }
     check_consumed(state, "TULIP")
-    special = dict(bos_token_id=vocab_size - 2, eos_token_id=vocab_size - 1)  # open_clip pools at the largest id
-    if tokenizer is not None:
-        if tokenizer.eos_token_id != vocab_size - 1:
-            raise ValueError(f"TULIP pools at the largest token id ({vocab_size - 1}), the tokenizer's end token is "
-                             f"{tokenizer.eos_token_id}: not this checkpoint's tokenizer")
-        special.update(bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id)
+    special = special_token_ids(vocab_size, tokenizer, "TULIP")
     config = OneLIPConfig(
         text_config=dict(
             vocab_size=vocab_size, hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
@@ -94,8 +98,7 @@ def convert(
         raise ValueError(f"TULIP conversion does not fill OneLIPModel: missing {missing}, unexpected {unexpected}")
     processor = None
     if tokenizer is not None:
-        size = vision_config["image_size"]
-        image_processor = CLIPImageProcessorPil(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+        image_processor = clip_image_processor(vision_config["image_size"])
         processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=max_length)
     return model.eval(), processor
 
