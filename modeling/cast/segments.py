@@ -10,18 +10,22 @@ import torch.nn.functional as F
 from .positions import sinusoidal_encoding
 
 
-def sincos_2d_positions(height: int, width: int, dim: int, device=None) -> torch.Tensor:
+def sincos_2d_positions(height: int, width: int, dim: int, device=None, layout: str = "interleaved") -> torch.Tensor:
     """(height * width, dim) fixed 2-D sin-cos position features of a grid in row-major order (MoCo v3 / CAST):
-    the first half encodes the row, the second the column, each with `sinusoidal_encoding` of dim / 2."""
+    the first half encodes the row, the second the column, each with `sinusoidal_encoding` of dim / 2
+    ("interleaved": sin and cos of each frequency side by side), or ("blocks", released CAST's channel order) the
+    sines of all frequencies, then their cosines."""
     if dim % 4:
         raise ValueError(f"2-D sin-cos positions need a dimension divisible by 4, got {dim}")
     rows = sinusoidal_encoding(height, dim // 2, device=device)
     cols = sinusoidal_encoding(width, dim // 2, device=device)
+    if layout == "blocks":  # (sin, cos) pairs -> all sines, then all cosines
+        rows, cols = (table.unflatten(1, (-1, 2)).transpose(1, 2).flatten(1) for table in (rows, cols))
     return torch.cat([rows[:, None].expand(-1, width, -1), cols[None].expand(height, -1, -1)], dim=-1).flatten(0, 1)
 
 
 def segment_pooling_weights(
-    labels: torch.Tensor, num_segments: int, grid: tuple[int, int], stride: int
+    labels: torch.Tensor, num_segments: int, grid: tuple[int, int], stride: int, per_cell: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Weights that average grid features over each segment's pixels, and which segments exist.
 
@@ -30,7 +34,14 @@ def segment_pooling_weights(
     share of segment s's pixels in each cell (so `weights @ features` is the mean, over the segment's pixels, of
     the features nearest-upsampled to pixels), and `valid` (B, num_segments), False for ids without pixels (padding;
     their weight rows are zero). Every pixel counts: a segment smaller than a cell still gets a token.
+
+    `per_cell=True` is released CAST's rule instead: the label map nearest-downsampled to the grid (each cell takes
+    the label of the pixel `F.interpolate(mode="nearest")` picks), the mean over a segment's cells; a segment that
+    keeps no cell is padding.
     """
+    if per_cell:
+        labels = F.interpolate(labels[:, None].float(), size=grid, mode="nearest")[:, 0].long()
+        stride = 1
     batch, height, width = labels.shape
     grid_h, grid_w = grid
     rows = torch.arange(height, device=labels.device) // stride

@@ -9,6 +9,8 @@ from transformers import PreTrainedConfig
 from .saving import CodeBundleMixin
 
 STEM_STRIDE = 8  # CAST's convolutional stem: three stride-2 convolutions
+POSITION_LAYOUTS = ("interleaved", "blocks")
+SEGMENT_POOLINGS = ("pixels", "cells")
 
 
 @strict
@@ -36,6 +38,16 @@ class CASTVisionConfig(CodeBundleMixin, PreTrainedConfig):
         Factor of the cosine similarity in the soft assignment softmax(scale * cos(token, seed)) (CAST's 5).
     initializer_range (`float`, defaults to 0.02):
         Std of the [CLS] token at initialisation.
+    position_layout (`str`, defaults to `"interleaved"`):
+        Channel order of the 2-D sin-cos positions: "interleaved" (row then column halves, each sin/cos pairs per
+        frequency) or "blocks" (released CAST's: sin and cos of the row over all frequencies, then of the column).
+    pooling_layer_norm_eps (`float`, defaults to 1e-6):
+        Epsilon of the graph pooling MLP's two LayerNorms (released CAST's: 1e-5, PyTorch's default).
+    segment_pooling (`str`, defaults to `"pixels"`):
+        How stem features become segment tokens: "pixels" (the mean over each segment's pixels of the features
+        nearest-upsampled to pixels: every pixel counts) or "cells" (released CAST's: the label map
+        nearest-downsampled to the stem grid, the mean over the cells a segment keeps; a segment keeping none is
+        padding).
     """
 
     model_type = "cast_vision"
@@ -55,6 +67,9 @@ class CASTVisionConfig(CodeBundleMixin, PreTrainedConfig):
     num_clusters: list[int] | tuple[int, ...] = (64, 32, 16)
     assignment_scale: float = 5.0
     initializer_range: float = 0.02
+    position_layout: str = "interleaved"
+    pooling_layer_norm_eps: float = 1e-6
+    segment_pooling: str = "pixels"
 
     def __post_init__(self, **kwargs):
         self.depths, self.num_clusters = list(self.depths), list(self.num_clusters)
@@ -78,6 +93,10 @@ class CASTVisionConfig(CodeBundleMixin, PreTrainedConfig):
         if self.num_segments > self.image_size**2:
             raise ValueError(f"num_segments ({self.num_segments}) exceeds the {self.image_size**2} pixels of a "
                              f"{self.image_size} px image")
+        if self.position_layout not in POSITION_LAYOUTS:
+            raise ValueError(f"position_layout must be one of {POSITION_LAYOUTS}, got {self.position_layout!r}")
+        if self.segment_pooling not in SEGMENT_POOLINGS:
+            raise ValueError(f"segment_pooling must be one of {SEGMENT_POOLINGS}, got {self.segment_pooling!r}")
         if self.assignment_scale <= 0:
             raise ValueError(f"assignment_scale must be > 0, got {self.assignment_scale}")
         super().__post_init__(**kwargs)
@@ -88,4 +107,4 @@ class CASTVisionConfig(CodeBundleMixin, PreTrainedConfig):
         return sum(self.depths)
 
 
-__all__ = ["STEM_STRIDE", "CASTVisionConfig"]
+__all__ = ["POSITION_LAYOUTS", "SEGMENT_POOLINGS", "STEM_STRIDE", "CASTVisionConfig"]

@@ -63,6 +63,7 @@ class FCASTTextConfig(CLIPTextConfig):
 
 
 VISION_BACKBONES = {"cast": CASTVisionConfig, "vit": CLIPVisionConfig}
+ATTENTION_POOLINGS = ("fcast", "flair")
 # the objective's options, which configurations saved before they moved to `FCASTTask` still carry
 TRAINING_OPTIONS = ("objective", "part_loss_weight")
 
@@ -80,6 +81,11 @@ class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
         The joint embedding width (Sec. 4.1: 512 for image and text features).
     pool_heads (`int`, defaults to 8):
         Heads of the text-grounded attention pooling (Eq. 6); must divide `projection_dim`.
+    attention_pooling (`str`, defaults to `"fcast"`):
+        "fcast": the pooling attends over the grounding tokens as the vision tower outputs them, keys and values
+        sharing one LayerNorm. "flair": FLAIR's released pooling (`PureAttentionPoolingBlock`), for its converted
+        checkpoints: the tokens after the vision tower's final LayerNorm and `visual_projection` (as FLAIR's
+        `image_post`), separate LayerNorms on keys and values, and a zero key/value (`add_zero_attn`).
     grounding_stage (`int`, defaults to 1):
         Which CAST stage's segment tokens the pooling attends to: the second (index 1, 64 segments, v^fine). A ViT
         has one level, its patch tokens. FLAIR grounds in the top layer: its CAST variant sets the last stage.
@@ -98,6 +104,7 @@ class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
     vision_backbone: str = "cast"
     projection_dim: int = 512
     pool_heads: int = 8
+    attention_pooling: str = "fcast"
     grounding_stage: int = 1
     part_logit_scale_init_value: float = math.log(1 / 0.07)
     whole_logit_scale_init_value: float = math.log(1 / 0.07)
@@ -106,6 +113,8 @@ class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
     initializer_factor: float = 1.0
 
     def __post_init__(self, **kwargs):
+        if self.attention_pooling not in ATTENTION_POOLINGS:
+            raise ValueError(f"attention_pooling must be one of {ATTENTION_POOLINGS}, got {self.attention_pooling!r}")
         if self.vision_backbone not in VISION_BACKBONES:
             raise ValueError(f"vision_backbone must be one of {list(VISION_BACKBONES)}, got {self.vision_backbone!r}")
         for key in ("text_config", "vision_config"):
@@ -126,4 +135,4 @@ class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
             raise ValueError(f"grounding_stage must index one of CAST's {stages} stages, got {self.grounding_stage}")
 
 
-__all__ = ["FCASTConfig", "FCASTTextConfig", "VISION_BACKBONES"]
+__all__ = ["ATTENTION_POOLINGS", "FCASTConfig", "FCASTTextConfig", "VISION_BACKBONES"]

@@ -185,7 +185,7 @@ class FCASTPreTrainedModel(PreTrainedModel):
             init.zeros_(attention.in_proj_bias)
             init.normal_(attention.out_proj.weight, std=attention.embed_dim**-0.5 * factor)
             init.zeros_(attention.out_proj.bias)
-            for norm in (module.query_norm, module.token_norm):
+            for norm in filter(None, (module.query_norm, module.token_norm, module.value_norm)):
                 init.ones_(norm.weight)
                 init.zeros_(norm.bias)
         elif isinstance(module, FCASTModel):
@@ -217,7 +217,12 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         self.vision_model = vision_class._from_config(vision_config)
         self.text_projection = nn.Linear(text_config.hidden_size, config.projection_dim, bias=False)
         self.visual_projection = nn.Linear(vision_config.hidden_size, config.projection_dim, bias=False)
-        self.grounding_pool = AttentionPool(config.projection_dim, config.pool_heads, vision_config.hidden_size)
+        flair_pooling = config.attention_pooling == "flair"
+        self.grounding_pool = AttentionPool(
+            config.projection_dim, config.pool_heads,
+            config.projection_dim if flair_pooling else vision_config.hidden_size,
+            value_norm=flair_pooling, zero_attention=flair_pooling,
+        )
         self.logit_scale = nn.Parameter(torch.tensor([config.whole_logit_scale_init_value]))
         self.logit_bias = nn.Parameter(torch.tensor([config.whole_logit_bias_init_value]))
         self.part_logit_scale = nn.Parameter(torch.tensor([config.part_logit_scale_init_value]))
@@ -280,11 +285,15 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
 
     def grounding_tokens(self, vision_outputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The tokens sub-captions ground in and their padding: CAST's segments of `grounding_stage`, or a ViT's
-        top-layer patch tokens (no padding)."""
+        top-layer patch tokens (no padding); with FLAIR's pooling, after the final LayerNorm and projection."""
         if self.config.vision_backbone == "vit":
-            return vision_outputs.last_hidden_state[:, 1:], None
-        stage = self.config.grounding_stage
-        return vision_outputs.segment_tokens[stage], vision_outputs.segment_masks[stage] == 0
+            tokens, padding = vision_outputs.last_hidden_state[:, 1:], None
+        else:
+            stage = self.config.grounding_stage
+            tokens, padding = vision_outputs.segment_tokens[stage], vision_outputs.segment_masks[stage] == 0
+        if self.config.attention_pooling == "flair":
+            tokens = self.visual_projection(self.vision_model.post_layernorm(tokens))
+        return tokens, padding
 
     @torch.no_grad()
     def get_grounding(self, pixel_values: torch.Tensor, superpixels: torch.Tensor, input_ids: torch.Tensor,

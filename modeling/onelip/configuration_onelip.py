@@ -28,6 +28,9 @@ class OneLIPTextConfig(CLIPTextConfig):
         gamma of the NTK factor (gamma * T_g / T_f) - (gamma - 1) (Sec. 4.1); T_g <= T_f gives factor 1 (plain RoPE).
     rope_theta (`float`, defaults to 10000.0):
         RoPE base before scaling (RoFormer's; the paper gives none).
+    rope_ntk_scaling (`bool`, defaults to `True`):
+        Whether the frequencies are NTK-scaled (Sec. 4.1). False: plain RoPE at every length, as TULIP's released
+        inference code runs its checkpoints (`hf_longclip.models.onelip.convert_tulip`).
     """
 
     model_type = "onelip_text_model"
@@ -36,6 +39,7 @@ class OneLIPTextConfig(CLIPTextConfig):
     base_length: int = 77
     rope_gamma: float = 8.0
     rope_theta: float = 10000.0
+    rope_ntk_scaling: bool = True
 
     def __post_init__(self, **kwargs):
         head_dim, remainder = divmod(self.hidden_size, self.num_attention_heads)

@@ -83,15 +83,17 @@ class CASTEmbeddings(nn.Module):
     def __init__(self, config: CASTVisionConfig):
         super().__init__()
         self.num_segments = config.num_segments
+        self.position_layout, self.per_cell = config.position_layout, config.segment_pooling == "cells"
         self.stem = CASTStem(config)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
 
     def forward(self, pixel_values: torch.Tensor, superpixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features = self.stem(pixel_values)
         batch, channels, grid_h, grid_w = features.shape
-        positions = sincos_2d_positions(grid_h, grid_w, channels, device=features.device)
+        positions = sincos_2d_positions(grid_h, grid_w, channels, device=features.device, layout=self.position_layout)
         features = features.flatten(2).transpose(1, 2) + positions.to(features.dtype)
-        weights, valid = segment_pooling_weights(superpixels, self.num_segments, (grid_h, grid_w), STEM_STRIDE)
+        weights, valid = segment_pooling_weights(superpixels, self.num_segments, (grid_h, grid_w), STEM_STRIDE,
+                                                 self.per_cell)
         tokens = weights.to(features.dtype) @ features
         return torch.cat([self.cls_token.expand(batch, -1, -1).to(tokens.dtype), tokens], dim=1), valid
 
@@ -141,10 +143,10 @@ class CASTGraphPooling(nn.Module):
         super().__init__()
         self.num_clusters, self.scale = num_clusters, config.assignment_scale
         self.grouping = CASTGroupingBlock(config)
-        self.fc1 = nn.Sequential(nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps),
+        self.fc1 = nn.Sequential(nn.LayerNorm(config.hidden_size, eps=config.pooling_layer_norm_eps),
                                  nn.Linear(config.hidden_size, config.intermediate_size), nn.GELU(),
                                  nn.Dropout(config.dropout))
-        self.fc2 = nn.Sequential(nn.LayerNorm(config.intermediate_size, eps=config.layer_norm_eps),
+        self.fc2 = nn.Sequential(nn.LayerNorm(config.intermediate_size, eps=config.pooling_layer_norm_eps),
                                  nn.Linear(config.intermediate_size, config.hidden_size))
 
     def forward(self, cls_token: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor):

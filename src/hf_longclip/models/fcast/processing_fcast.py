@@ -18,14 +18,16 @@ class FCASTProcessor(DualEncoderProcessor):
     shape (batch, chunks, tokens): every chunk is tokenized on its own, truncated to `max_length` (77) and padded
     to it (or to the longest chunk with `padding="longest"`).
     `images` give `pixel_values` and `superpixels` (a [`CASTImageProcessor`], the default; an image processor without
-    superpixels is refused)."""
+    superpixels is refused unless `needs_superpixels=False`, for a ViT vision tower, e.g. a converted FLAIR)."""
 
-    def __init__(self, image_processor=None, tokenizer=None, max_length: int = 77, num_chunks: int = 4, **kwargs):
+    def __init__(self, image_processor=None, tokenizer=None, max_length: int = 77, num_chunks: int = 4,
+                 needs_superpixels: bool = True, **kwargs):
         if num_chunks < 1:
             raise ValueError(f"num_chunks must be >= 1, got {num_chunks}")
         if image_processor is None:
             image_processor = CASTImageProcessor()
-        if "superpixels" not in getattr(image_processor, "model_input_names", ()):
+        self.needs_superpixels = needs_superpixels
+        if needs_superpixels and "superpixels" not in getattr(image_processor, "model_input_names", ()):
             raise ValueError(f"F-CAST's vision tower (CAST) needs superpixels with the pixels: use CASTImageProcessor, "
                              f"not {type(image_processor).__name__}")
         self.num_chunks = num_chunks

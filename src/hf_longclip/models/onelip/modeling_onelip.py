@@ -41,9 +41,11 @@ _POSITION_TABLE = "text_model.embeddings.position_embedding.weight"
 
 
 def inverse_frequencies(config: OneLIPTextConfig) -> torch.Tensor:
-    """The text encoder's RoPE inverse frequencies: NTK factor (gamma T_g / T_f) - (gamma - 1) (Sec. 4.1)."""
+    """The text encoder's RoPE inverse frequencies: NTK factor (gamma T_g / T_f) - (gamma - 1) (Sec. 4.1), or 1
+    (plain RoPE: the scaling evaluated at T_f itself) without `rope_ntk_scaling`."""
+    target_length = config.max_position_embeddings if config.rope_ntk_scaling else config.base_length
     return ntk_inverse_frequencies(
-        config.hidden_size // config.num_attention_heads, config.base_length, config.max_position_embeddings,
+        config.hidden_size // config.num_attention_heads, config.base_length, target_length,
         config.rope_gamma, config.rope_theta,
     )
 

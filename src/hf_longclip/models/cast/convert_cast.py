@@ -1,0 +1,130 @@
+"""CAST (Ke et al., CVPR 2024; github.com/twke18/CAST) checkpoints as a [`CASTVisionModel`], or a
+[`CASTForImageClassification`] when the checkpoint has a linear classifier (its DeiT-style supervised models).
+
+The released model (`cast_models/cast.py`, a timm `VisionTransformer` subclass) keeps its blocks twice in the state
+dict (`blocks.{i}` and their stage aliases `blocks1..4.{j}`, the same tensors), a convolutional stem
+(`patch_embed.proj`, BatchNorm), fixed 2-D sin-cos `pos_embed` (checked against ours, not copied) and a zero
+`pe_token` added to the [CLS] token, graph poolings `pool{1..4}.pool_block.{centroid_fc, fc1, fc2}`, of which the
+fourth runs after the last stage's output is taken (dropped here, as F-CAST drops it), and `norm`, `head`.
+The converted configuration sets the released details ours has as options: `position_layout="blocks"`,
+`pooling_layer_norm_eps=1e-5`, `segment_pooling="cells"`.
+
+MoCo v3 training checkpoints (`checkpoint_0099.pth.tar`, `module.base_encoder.` stripped by the loader) carry the
+self-supervised projector as `head.*` (a multi-layer MLP, training state): it is dropped; a single linear `head`
+becomes the classifier.
+"""
+
+import re
+
+import torch
+
+from hf_longclip.openclip_layout import check_consumed, pop
+
+from .configuration_cast import STEM_STRIDE, CASTVisionConfig
+from .image_processing_cast import CASTImageProcessor
+from .modeling_cast import CASTForImageClassification, CASTVisionModel
+from .segments import sincos_2d_positions
+
+CAST_HEADS = 12  # every released CAST variant (cast_small, cast_base, their deep versions) uses 12 heads
+CAST_CLUSTERS = (64, 32, 16)  # num_clusters [64, 32, 16, 8] of the released variants, the last pooling unused
+CAST_SEGMENTS = 196  # superpixels of the released training and linear-probe code
+
+
+def _split_qkv(prefix: str, qkv_prefix: str, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    converted = {}
+    for name in ("weight", "bias"):
+        for part, tensor in zip(("q", "k", "v"), pop(state, f"{qkv_prefix}.qkv.{name}").chunk(3)):
+            converted[f"{prefix}.{part}_proj.{name}"] = tensor
+        converted[f"{prefix}.out_proj.{name}"] = pop(state, f"{qkv_prefix}.proj.{name}")
+    return converted
+
+
+def convert(
+    state_dict: dict[str, torch.Tensor], tokenizer=None, *, num_heads: int = CAST_HEADS,
+    num_clusters: tuple[int, ...] = CAST_CLUSTERS, num_segments: int = CAST_SEGMENTS,
+) -> tuple[CASTVisionModel | CASTForImageClassification, CASTImageProcessor]:
+    """A CAST state dict (prefixes already removed) as our CAST model in float32 and its image processor (SLIC,
+    `num_segments` superpixels, as CAST's linear probe). `tokenizer` is unused (a vision model)."""
+    state = {key: value.float() if value.is_floating_point() else value for key, value in state_dict.items()}
+    for key in [key for key in state if re.match(r"blocks[1-9]\.", key)]:  # stage aliases of blocks.{i}
+        state.pop(key)
+    for key in [key for key in state if key.startswith(("momentum_encoder.", "predictor."))]:  # MoCo training state
+        state.pop(key)
+    stages = len({match.group(1) for key in state if (match := re.match(r"pool(\d+)\.", key))})
+    cls_token = pop(state, "cls_token") + state.pop("pe_token", 0)
+    hidden = cls_token.shape[-1]
+    pos_embed = pop(state, "pos_embed")[0]
+    grid = round(pos_embed.shape[0] ** 0.5)
+    if not torch.allclose(pos_embed, sincos_2d_positions(grid, grid, hidden, layout="blocks"), atol=1e-5):
+        raise ValueError("pos_embed is not CAST's fixed 2-D sin-cos table: not a CAST checkpoint this converter knows")
+    converted = {"embeddings.cls_token": cls_token}
+    for key in [key for key in state if key.startswith("patch_embed.proj.")]:
+        converted[key.replace("patch_embed.proj.", "embeddings.stem.layers.")] = state.pop(key)
+    blocks = sorted({int(key.split(".")[1]) for key in state if key.startswith("blocks.")})
+    layers = []
+    for index in blocks:
+        block, layer = f"blocks.{index}", {}
+        layer.update(_split_qkv("self_attn", f"{block}.attn", state))
+        for ours, theirs in (("layer_norm1", "norm1"), ("layer_norm2", "norm2"), ("mlp.fc1", "mlp.fc1"),
+                             ("mlp.fc2", "mlp.fc2")):
+            for name in ("weight", "bias"):
+                layer[f"{ours}.{name}"] = pop(state, f"{block}.{theirs}.{name}")
+        layers.append(layer)
+    stage_depths = _stage_depths(state_dict, stages)
+    start = 0
+    for stage, depth in enumerate(stage_depths):
+        for offset in range(depth):
+            for key, value in layers[start + offset].items():
+                converted[f"stages.{stage}.layers.{offset}.{key}"] = value
+        start += depth
+    for stage in range(len(stage_depths)):
+        source = f"pool{stage + 1}.pool_block"
+        if stage == len(stage_depths) - 1:  # runs after the output is taken: never used
+            for key in [key for key in state if key.startswith(f"pool{stage + 1}.")]:
+                state.pop(key)
+            continue
+        target = f"pools.{stage}"
+        converted.update(_split_qkv(f"{target}.grouping.attention", f"{source}.centroid_fc.attn", state))
+        converted[f"{target}.grouping.bias"] = pop(state, f"{source}.centroid_fc.bias")
+        for name in ("weight", "bias"):
+            converted[f"{target}.grouping.layer_norm.{name}"] = pop(state, f"{source}.centroid_fc.norm.{name}")
+            for mlp in ("fc1.0", "fc1.1", "fc2.0", "fc2.1"):
+                converted[f"{target}.{mlp}.{name}"] = pop(state, f"{source}.{mlp}.{name}")
+    for name in ("weight", "bias"):
+        converted[f"post_layernorm.{name}"] = pop(state, f"norm.{name}")
+    head = {key: state.pop(key) for key in [key for key in state if key.startswith("head.")]}
+    classifier = head if set(head) == {"head.weight", "head.bias"} else {}  # else MoCo's projector: dropped
+    check_consumed(state, "CAST")
+    config = CASTVisionConfig(
+        hidden_size=hidden, num_attention_heads=num_heads,
+        intermediate_size=converted["stages.0.layers.0.mlp.fc1.weight"].shape[0], image_size=grid * STEM_STRIDE,
+        num_segments=num_segments, depths=list(stage_depths), num_clusters=list(num_clusters[: len(stage_depths) - 1]),
+        position_layout="blocks", pooling_layer_norm_eps=1e-5, segment_pooling="cells",
+        num_labels=classifier["head.weight"].shape[0] if classifier else 2,
+    )
+    if classifier:
+        model = CASTForImageClassification(config)
+        converted = {f"cast.{key}": value for key, value in converted.items()}
+        converted.update({"classifier.weight": classifier["head.weight"], "classifier.bias": classifier["head.bias"]})
+    else:
+        model = CASTVisionModel(config)
+    missing, unexpected = model.load_state_dict(converted, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"CAST conversion does not fill {type(model).__name__}: missing {missing}, unexpected "
+                         f"{unexpected}")
+    processor = CASTImageProcessor(size=config.image_size, num_segments=num_segments, superpixel_method="slic")
+    return model.eval(), processor
+
+
+def _stage_depths(state_dict: dict[str, torch.Tensor], stages: int) -> list[int]:
+    """Blocks per stage, read from the aliases `blocks{s}.{j}` the released model saves for every stage."""
+    depths = []
+    for stage in range(1, stages + 1):
+        indices = {int(match.group(1)) for key in state_dict if (match := re.match(rf"blocks{stage}\.(\d+)\.", key))}
+        if not indices:
+            raise ValueError(f"the checkpoint has no blocks{stage}.*: CAST's stage aliases are needed for its depths")
+        depths.append(len(indices))
+    return depths
+
+
+__all__ = ["CAST_CLUSTERS", "CAST_HEADS", "CAST_SEGMENTS", "convert"]
