@@ -55,7 +55,7 @@ def test_hand_computed_ranks_and_ties():
         "i2t_r1": pytest.approx(200 / 3), "i2t_r2": pytest.approx(200 / 3), "i2t_r3": 100.0,
         "t2i_r1": 40.0, "t2i_r2": 60.0, "t2i_r3": 100.0,
         "rsum": pytest.approx(200 / 3 * 2 + 100 + 40 + 60 + 100),
-        "num_images": 3, "num_texts": 5,
+        "num_images": 3, "num_texts": 5, "i2t_ties": 1, "t2i_ties": 0,  # image 2's tie; no column has one
     }
     assert list(result)[:6] == ["i2t_r1", "i2t_r2", "i2t_r3", "t2i_r1", "t2i_r2", "t2i_r3"]
 
@@ -64,7 +64,7 @@ def test_default_keys_and_rsum():
     images, texts = embeds_for_scores(HAND_SCORES)
     result = long_text_retrieval(images, texts, HAND_OWNER)
     assert list(result) == ["i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum",
-                            "num_images", "num_texts"]
+                            "num_images", "num_texts", "i2t_ties", "t2i_ties"]
     # K beyond the candidates counts every query as a hit, as recall_at_k clamps k
     assert result["rsum"] == pytest.approx(200 / 3 + 100 + 100 + 40 + 100 + 100)
 

@@ -24,8 +24,8 @@ from hf_longclip.data.shards import (
     SKIPPED,
     ShardStream,
     expand_shards,
-    shard_sample_counts,
     shard_source,
+    verify_shards,
     write_shards,
 )
 from hf_longclip.data.synthetic import load_synthetic_scenes
@@ -65,7 +65,7 @@ def test_write_shards_lists_every_shard_with_counts_and_checksums(scenes, shards
     assert fields["caption"] == row["caption"] and fields["sentences"] == row["sentences"]
     assert fields["captions"] == row["captions"] and fields["label"] == row["label"]
     assert (np.asarray(image.convert("RGB")) == np.asarray(row["image"].convert("RGB"))).all()
-    assert shard_sample_counts(expand_shards(str(shards / "{00000..00005}.tar"))) == [8] * 6
+    assert verify_shards(expand_shards(str(shards / "{00000..00005}.tar"))) == [8] * 6
 
 
 def test_a_rerun_keeps_finished_shards_and_rewrites_damaged_ones(scenes, tmp_path):
@@ -181,7 +181,7 @@ TINY = ["--variants", "himo-clip", "--num_train", "64", "--num_test", "16", "--h
 def test_killed_run_on_shards_resumes_to_the_weights_of_an_uninterrupted_run(engine, processes, shards, tmp_path):
     command = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
                "--dynamo_backend", "no", *engine, "--num_processes", str(processes), str(HIMO), *TINY,
-               "--train_shards", str(shards / "{00000..00005}.tar"),
+               "--train_shards", str(shards / "{00000..00005}.tar"), "--verify_shards", "sha256",
                "--per_device_train_batch_size", str(8 // processes)]
     env = script_env(tmp_path / "datasets")
     run([*command, "--output_dir", str(tmp_path / "uninterrupted")], env, tmp_path)

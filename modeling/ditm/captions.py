@@ -28,6 +28,8 @@ def check_texts(texts: str | Sequence[str], allow_empty: bool = False) -> None:
     items = [texts] if isinstance(texts, str) else texts
     if not isinstance(items, (list, tuple)):
         raise ValueError(f"text must be a string or a list of strings, got {type(texts).__name__}")
+    if not items:
+        raise ValueError("text is an empty list: pass at least one caption")
     for index, text in enumerate(items):
         if not isinstance(text, str):
             raise ValueError(f"caption {index} is {type(text).__name__} {text!r:.60}, not a string")

@@ -10,7 +10,12 @@ from torch import nn
 from transformers import AutoModel, CLIPModel, CLIPTextModel
 from transformers import initialization as init
 
-from .dual_encoder import DualEncoderMixin, end_of_text_positions
+from .dual_encoder import (
+    DualEncoderMixin,
+    check_input_ids,
+    check_pixel_values,
+    end_of_text_positions,
+)
 from .positions import stretch_position_embeddings
 
 
@@ -80,5 +85,10 @@ class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
         return encoder.to(device=self.device, dtype=self.dtype).eval()
 
     def get_text_features(self, input_ids: torch.Tensor, *args, **kwargs):
+        check_input_ids(input_ids, self.config.text_config.vocab_size)
         end_of_text_positions(input_ids, self.config.text_config.eos_token_id)  # the check: CLIP pools there
         return super().get_text_features(input_ids, *args, **kwargs)
+
+    def get_image_features(self, pixel_values: torch.Tensor, *args, **kwargs):
+        check_pixel_values(pixel_values)
+        return super().get_image_features(pixel_values, *args, **kwargs)

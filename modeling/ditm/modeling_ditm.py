@@ -14,6 +14,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.utils import can_return_tuple
 
 from .clip_dual_encoder import CLIPDualEncoder
+from .dual_encoder import check_pixel_values
 from .gpo import GPO
 
 from .configuration_ditm import DITMConfig
@@ -64,6 +65,7 @@ class DITMModel(CLIPDualEncoder):
     ) -> BaseModelOutputWithPooling:
         """The vision tower's outputs, with `pooler_output` the GPO pooling of its projected tokens (not
         normalised, as CLIP's `get_image_features`)."""
+        check_pixel_values(pixel_values)
         vision_outputs = self.vision_model(
             pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs
         )

@@ -26,7 +26,9 @@ image's index and what it got. The rules:
   batch of such images; lists may nest one level (flattened, as transformers' image processors do).
 * A `str` is a path to an image file, an `http(s)://` URL or base64 data, read as transformers' `load_image`
   reads it (files and base64 without its RGB conversion, so they follow the rules above; a URL is fetched and
-  converted by transformers itself).
+  converted by transformers itself). `bytes` are an image file's content (a training shard's sample), read exactly
+  as that file would be. Files are decoded in full here, so a truncated or corrupt one is refused with its index.
+* An image with no pixel (0 x N) is refused.
 
 This module is part of the models' remote-code bundles, so it imports only the standard library, numpy, PIL,
 torch, transformers and its siblings (see `hf_longclip.export`).
@@ -62,14 +64,14 @@ def _is_array(item) -> bool:
 
 def _flatten(images) -> list:
     """The single images of `images`: one image, a list/tuple of images (one nesting level), or 4-D batches."""
-    if isinstance(images, (PIL.Image.Image, str)):
+    if isinstance(images, (PIL.Image.Image, str, bytes)):
         return [images]
     if _is_array(images):
         return list(images) if images.ndim == 4 else [images]
     if not isinstance(images, (list, tuple)):
         raise TypeError(
-            f"images must be a PIL image, a numpy array, a torch tensor, a path or URL, or a list of them; got "
-            f"{_describe(images)}"
+            f"images must be a PIL image, a numpy array, a torch tensor, a path or URL, an image file's bytes, or a "
+            f"list of them; got {_describe(images)}"
         )
     flat = []
     for item in images:
@@ -83,14 +85,16 @@ def _flatten(images) -> list:
     return flat
 
 
-def _load(source: str) -> PIL.Image.Image:
-    """A path or base64 string opened by PIL (orientation from EXIF applied, mode kept); a URL as transformers'
-    `load_image` fetches it."""
-    if source.startswith(("http://", "https://")):
+def _load(source: str | bytes) -> PIL.Image.Image:
+    """A path, an image file's bytes or a base64 string opened and decoded by PIL (orientation from EXIF applied,
+    mode kept); a URL as transformers' `load_image` fetches it."""
+    if isinstance(source, bytes):
+        image = PIL.Image.open(io.BytesIO(source))
+    elif source.startswith(("http://", "https://")):
         from transformers.image_utils import load_image
 
         return load_image(source)
-    if os.path.isfile(source):
+    elif os.path.isfile(source):
         image = PIL.Image.open(source)
     else:
         data = source.split(",", 1)[1] if source.startswith("data:image/") else source
@@ -98,6 +102,7 @@ def _load(source: str) -> PIL.Image.Image:
             image = PIL.Image.open(io.BytesIO(base64.decodebytes(data.encode())))
         except (binascii.Error, ValueError, OSError) as error:
             raise ValueError(f"not an image file, an http(s) URL nor base64 image data ({error})") from None
+    image.load()  # decode now: a truncated file fails here, naming the image
     return PIL.ImageOps.exif_transpose(image)
 
 
@@ -164,6 +169,8 @@ def _has_transparency(image: PIL.Image.Image) -> bool:
 
 
 def _pil_to_rgb(image: PIL.Image.Image) -> PIL.Image.Image:
+    if 0 in image.size:
+        raise ValueError("it has no pixel")
     if image.mode == "RGB":
         return image
     if image.mode in _SIXTEEN_BIT_MODES or image.mode in ("I", "F"):
@@ -175,7 +182,7 @@ def _pil_to_rgb(image: PIL.Image.Image) -> PIL.Image.Image:
 
 
 def _to_rgb(image) -> PIL.Image.Image:
-    if isinstance(image, str):
+    if isinstance(image, (str, bytes)):
         image = _load(image)
     if isinstance(image, PIL.Image.Image):
         return _pil_to_rgb(image)
@@ -185,7 +192,8 @@ def _to_rgb(image) -> PIL.Image.Image:
         image = image.numpy()
     if isinstance(image, np.ndarray):
         return _array_to_rgb(image)
-    raise TypeError("expected a PIL image, a numpy array, a torch tensor, or a path, URL or base64 string")
+    raise TypeError("expected a PIL image, a numpy array, a torch tensor, a path, URL or base64 string, or an image "
+                    "file's bytes")
 
 
 def to_rgb_images(images) -> list[PIL.Image.Image]:

@@ -237,7 +237,10 @@ class CASTVisionModel(CASTPreTrainedModel):
             expected = (pixel_values.shape[0], *pixel_values.shape[-2:])
             raise ValueError(f"superpixels must be (batch, height, width) = {expected} like pixel_values, got "
                              f"{tuple(superpixels.shape)}")
-        if superpixels.is_floating_point() or superpixels.is_complex():
+        if not pixel_values.is_floating_point():
+            raise TypeError(f"pixel_values must be floating point, normalised by CASTImageProcessor; got "
+                            f"{pixel_values.dtype}")
+        if superpixels.is_floating_point() or superpixels.is_complex() or superpixels.dtype == torch.bool:
             raise ValueError(f"superpixels must hold integer segment ids, got {superpixels.dtype}")
         in_range = (superpixels.min() >= 0) & (superpixels.max() < self.config.num_segments)
         message = (f"superpixel ids must lie in [0, num_segments = {self.config.num_segments}): the image "

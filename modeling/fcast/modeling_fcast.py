@@ -34,6 +34,8 @@ from transformers.utils.generic import can_return_tuple
 from .dual_encoder import (
     DualEncoderMixin,
     DualEncoderOutput,
+    check_input_ids,
+    check_pixel_values,
     end_of_text_positions,
     pairwise_sigmoid_loss,
 )
@@ -245,6 +247,7 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         if input_ids.shape[-1] > self.config.text_config.max_position_embeddings:
             raise ValueError(f"chunks of {input_ids.shape[-1]} tokens exceed stage 1's context of "
                              f"{self.config.text_config.max_position_embeddings} tokens")
+        check_input_ids(input_ids, self.config.text_config.vocab_size)
         end_of_text_positions(input_ids.flatten(0, 1), self.config.text_config.eos_token_id)  # names a missing one
         return input_ids, attention_mask
 
@@ -275,6 +278,7 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
                            **kwargs) -> BaseModelOutputWithPooling:
         """CAST's outputs (segment tokens, assignments, masks; a ViT's token states, `superpixels` unused);
         `pooler_output` is the projected final [CLS]."""
+        check_pixel_values(pixel_values)
         if self.config.vision_backbone == "vit":
             outputs = self.vision_model(pixel_values=pixel_values, return_dict=True, **kwargs)
         else:

@@ -31,6 +31,8 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .dual_encoder import (
     DualEncoderMixin,
+    check_input_ids,
+    check_pixel_values,
     end_of_text_positions,
 )
 from .positions import RotaryEmbedding, apply_rotary, ntk_inverse_frequencies
@@ -193,6 +195,7 @@ class OneLIPTextModel(OneLIPPreTrainedModel):
                 f"({self.config.max_position_embeddings}), the length this encoder's RoPE is scaled for"
             )
         input_ids = input_ids.view(-1, input_ids.shape[-1])
+        check_input_ids(input_ids, self.config.vocab_size)
         ends = end_of_text_positions(input_ids, self.config.eos_token_id)
         hidden_states = self.embeddings(input_ids)
         if position_ids is None:
@@ -284,6 +287,7 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
         self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False, **kwargs
     ) -> BaseModelOutputWithPooling:
         """CLIP's vision outputs; `pooler_output` is the projected [CLS] embedding."""
+        check_pixel_values(pixel_values)
         outputs = self.vision_model(
             pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs
         )

@@ -4,6 +4,7 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
@@ -22,10 +23,15 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
     return path
 
 
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks."""
+def sha256_stream(handle: BinaryIO) -> str:
+    """Hex SHA-256 of what is left to read from a binary file object, read in 1 MiB blocks."""
     digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    for block in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(block)
     return digest.hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    with Path(path).open("rb") as handle:
+        return sha256_stream(handle)

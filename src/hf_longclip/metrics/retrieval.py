@@ -6,6 +6,7 @@ miniature."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,6 +16,36 @@ import torch
 CHUNK_ELEMENTS = 1 << 24
 # Counts of 1.0s summed in float32 are exact below this many entries per row.
 EXACT_FLOAT_COUNT = 1 << 24
+# Embeddings are degenerate when more than this fraction of their rows repeat another row (L2-normalised, to
+# DUPLICATE_DECIMALS decimals): a collapsed model, or the same input encoded again and again.
+DEGENERATE_FRACTION = 0.1
+DUPLICATE_DECIMALS = 4
+
+
+class DegenerateEmbeddingsWarning(UserWarning):
+    """Retrieval scores of embeddings whose rows are mostly the same: ties decide the recalls."""
+
+
+def duplicate_fraction(embeddings: torch.Tensor) -> float:
+    """The fraction of rows of `embeddings` (rows, d) that repeat an earlier row once L2-normalised and rounded to
+    `DUPLICATE_DECIMALS` decimals (0 when all rows differ, 1 - 1/rows when all are the same)."""
+    unit = torch.nn.functional.normalize(embeddings.double(), dim=1)
+    distinct = torch.unique(torch.round(unit, decimals=DUPLICATE_DECIMALS), dim=0).shape[0]
+    return 1 - distinct / embeddings.shape[0]
+
+
+def warn_if_degenerate(result: dict, threshold: float = DEGENERATE_FRACTION, **embeddings: torch.Tensor) -> None:
+    """A `DegenerateEmbeddingsWarning` when more than `threshold` of the rows of one of `embeddings` (name=tensor)
+    are duplicates (`duplicate_fraction`), with the tie counts of `result` (keys ending in `_ties`)."""
+    fractions = {name: duplicate_fraction(tensor) for name, tensor in embeddings.items()}
+    degenerate = {name: fraction for name, fraction in fractions.items() if fraction > threshold}
+    if degenerate:
+        ties = ", ".join(f"{key} = {value}" for key, value in result.items() if key.endswith("_ties"))
+        shown = ", ".join(f"{fraction:.0%} of {name}" for name, fraction in degenerate.items())
+        warnings.warn(
+            f"degenerate embeddings: {shown} repeat another row (a collapsed model or repeated inputs?). Ties count "
+            f"in the query's favour, so such embeddings can score high recalls; queries whose positive ties with "
+            f"another candidate: {ties}", DegenerateEmbeddingsWarning, stacklevel=3)
 
 
 def recall_at_k(similarity: torch.Tensor, k: int = 1) -> float:
@@ -131,14 +162,18 @@ def long_text_retrieval(
     - image-to-text: image i is a hit at K if ANY of its captions is among its K best-scored texts;
       text-to-image: caption t is a hit at K if its image is among its K best-scored images.
       The rank of the positive is the number of candidates scored strictly higher, so ties count in the query's
-      favour (as `recall_at_k`); with one caption per image both directions equal `recall_at_k`.
+      favour (as `recall_at_k`); with one caption per image both directions equal `recall_at_k`. How many queries
+      had a tie (a negative candidate scored exactly as their best positive) is reported, and embeddings whose rows
+      are mostly duplicates (`duplicate_fraction` above `DEGENERATE_FRACTION`: a collapsed model, which ties would
+      score well) raise a `DegenerateEmbeddingsWarning`.
     - Computed over chunks of queries: one chunk's (chunk, num_candidates) score matrix at a time, never the full
       matrix. ``chunk_size=None`` picks the number of queries so that a chunk holds at most ``CHUNK_ELEMENTS``
       (2**24) scores: about 64 MiB of float32 at peak beyond the inputs, whatever their size (ranks are counted in
       place in the chunk). float32 and float64 inputs mixed are both cast to float64 (a copy).
 
-    Returns ``{"i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum", "num_images", "num_texts"}``
-    (keys follow ``ks``): recalls in percent, ``rsum`` the sum of all the recalls (RSUM of DITM Sec. IV-B).
+    Returns ``{"i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum", "num_images", "num_texts",
+    "i2t_ties", "t2i_ties"}`` (keys follow ``ks``): recalls in percent, ``rsum`` the sum of all the recalls (RSUM of
+    DITM Sec. IV-B), the ties counts of queries.
     """
     ks = _check_ks(ks)
     images, texts = as_embedding_pair(image_embeds, "image_embeds", text_embeds, "text_embeds")
@@ -158,6 +193,7 @@ def long_text_retrieval(
     starts[1:] = torch.cumsum(captions_per_image, 0)
 
     i2t_rank = torch.empty(num_images, dtype=torch.int64)
+    i2t_tied = torch.empty(num_images, dtype=torch.bool)
     step = _chunk_rows(chunk_size, num_images, num_texts)
     for lo in range(0, num_images, step):
         hi = min(lo + step, num_images)
@@ -166,15 +202,20 @@ def long_text_retrieval(
         rows = owner[positives] - lo
         best = torch.full((hi - lo,), -torch.inf, dtype=scores.dtype)
         best.scatter_reduce_(0, rows, scores[rows, positives], reduce="amax")
+        positives_at_best = torch.bincount(rows[scores[rows, positives] == best[rows]], minlength=hi - lo)
+        i2t_tied[lo:hi] = (scores == best.unsqueeze(1)).sum(dim=1) > positives_at_best
         i2t_rank[lo:hi] = _count_above(scores, best.unsqueeze(1))
         del scores  # before the next chunk's scores exist
 
     t2i_rank = torch.empty(num_texts, dtype=torch.int64)
+    t2i_tied = torch.empty(num_texts, dtype=torch.bool)
     step = _chunk_rows(chunk_size, num_texts, num_images)
     for lo in range(0, num_texts, step):
         hi = min(lo + step, num_texts)
         scores = texts[lo:hi] @ images.T
-        t2i_rank[lo:hi] = _count_above(scores, scores.gather(1, owner[lo:hi].unsqueeze(1)))
+        positive = scores.gather(1, owner[lo:hi].unsqueeze(1))
+        t2i_tied[lo:hi] = (scores == positive).sum(dim=1) > 1
+        t2i_rank[lo:hi] = _count_above(scores, positive)
         del scores
 
     result: dict[str, float | int] = {}
@@ -184,6 +225,8 @@ def long_text_retrieval(
     result["rsum"] = sum(result.values())
     result["num_images"] = num_images
     result["num_texts"] = num_texts
+    result["i2t_ties"], result["t2i_ties"] = int(i2t_tied.sum()), int(t2i_tied.sum())
+    warn_if_degenerate(result, image_embeds=images, text_embeds=texts)
     return result
 
 
@@ -210,7 +253,7 @@ def fold_retrieval(
     images and captions only. The number of images must be a multiple of ``num_folds``.
 
     Returns the mean of every recall over the folds under the keys of `long_text_retrieval` (``i2t_r1`` ...,
-    ``rsum`` = the mean of the folds' RSUMs = the sum of the mean recalls), ``num_images`` / ``num_texts`` (all
+    ``rsum`` = the mean of the folds' RSUMs = the sum of the mean recalls; the ties summed over the folds), ``num_images`` / ``num_texts`` (all
     folds together), ``num_folds``, ``images_per_fold`` and ``folds`` (the per-fold results of
     `long_text_retrieval`, in order).
     """
@@ -228,7 +271,8 @@ def fold_retrieval(
         members = torch.nonzero((owner >= lo) & (owner < hi)).flatten()
         folds.append(long_text_retrieval(images[lo:hi], texts[members], owner[members] - lo, ks, chunk_size))
     keys = [key for key in folds[0] if key not in ("num_images", "num_texts")]
-    result: dict = {key: sum(fold[key] for fold in folds) / num_folds for key in keys}
+    result: dict = {key: sum(fold[key] for fold in folds) / (1 if key.endswith("_ties") else num_folds)
+                    for key in keys}
     result.update(num_images=num_images, num_texts=num_texts, num_folds=int(num_folds), images_per_fold=per_fold,
                   folds=folds)
     return result

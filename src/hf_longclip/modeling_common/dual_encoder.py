@@ -1,5 +1,5 @@
-"""What every dual-encoder model of the library shares: its output type, its saving behaviour and where it pools
-a text."""
+"""What every dual-encoder model of the library shares: its output type, its saving behaviour, where it pools a
+text and the checks of its inputs (`check_input_ids`, `check_pixel_values`: free, no host synchronisation)."""
 
 from dataclasses import dataclass
 
@@ -114,6 +114,37 @@ class DualEncoderMixin(CodeBundleMixin):
             text_model_output=text_outputs,
             vision_model_output=vision_outputs,
         )
+
+
+def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
+    """Token ids must be integers, in a non-empty batch, within the vocabulary [0, `vocab_size`). The range is
+    checked without a host synchronisation: on an accelerator by an asynchronous device assertion (as CAST checks its
+    superpixel ids), on the CPU as a ValueError naming the id; not at all while tracing or compiling."""
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise TypeError(f"input_ids must hold integer token ids, got {input_ids.dtype}")
+    if input_ids.numel() == 0:
+        raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)}): pass at least one text")
+    if is_tracing(input_ids):
+        return
+    in_range = (input_ids.min() >= 0) & (input_ids.max() < vocab_size)
+    message = f"token ids must lie in the vocabulary [0, {vocab_size}): tokenize with the model's own processor"
+    if input_ids.device.type != "cpu":
+        torch._assert_async(in_range, message)
+    elif not in_range:
+        bad = input_ids[(input_ids < 0) | (input_ids >= vocab_size)]
+        raise ValueError(f"{message} (got id {int(bad[0])})")
+
+
+def check_pixel_values(pixel_values: torch.Tensor) -> None:
+    """Pixels must be floating point (the processor's normalised values; raw uint8 pixels would be read as
+    intensities of up to 255 standard deviations) in a non-empty batch. Dtype and shape only: looking for NaN would
+    read every pixel at every step, so NaN is refused where images enter, by the processors
+    (`modeling_common.images`), and NaN pixels passed to a model directly give NaN embeddings."""
+    if not pixel_values.is_floating_point():
+        raise TypeError(f"pixel_values must be floating point, normalised by the model's processor; got "
+                        f"{pixel_values.dtype} (raw pixels? pass the images through the processor)")
+    if pixel_values.numel() == 0:
+        raise ValueError(f"pixel_values is empty (shape {tuple(pixel_values.shape)}): pass at least one image")
 
 
 def end_of_text_positions(input_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:

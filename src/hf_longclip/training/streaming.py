@@ -9,7 +9,7 @@ import torch
 from accelerate import Accelerator
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from ..data.shards import SKIPPED, ShardStream, expand_shards, shard_sample_counts
+from ..data.shards import SKIPPED, ShardStream, expand_shards
 from .arguments import LoopArguments
 
 
@@ -24,7 +24,8 @@ class StreamedBatches:
     def __init__(self, args: LoopArguments, collate_fn, accelerator: Accelerator):
         urls = expand_shards(args.train_shards)
         rank, world = accelerator.process_index, accelerator.num_processes
-        self.stream = ShardStream(urls, rank, world, seed=args.seed, buffer_size=args.shuffle_buffer)
+        self.stream = ShardStream(urls, rank, world, seed=args.seed, buffer_size=args.shuffle_buffer,
+                                  checksum=args.verify_shards)  # verified against the manifest first
         self.loader = StatefulDataLoader(
             self.stream, batch_size=args.per_device_train_batch_size, num_workers=args.dataloader_num_workers,
             collate_fn=_CountingCollator(collate_fn), drop_last=True,
@@ -32,7 +33,7 @@ class StreamedBatches:
         )
         # datasets deals each process len(urls) / world shards anew each epoch (after shuffling their order): the
         # smallest share it can get is the sum of the smallest shards
-        smallest = sum(sorted(shard_sample_counts(urls))[: len(urls) // world])
+        smallest = sum(sorted(self.stream.sample_counts)[: len(urls) // world])
         workers = max(1, args.dataloader_num_workers)  # each drops its last partial batch
         self.estimated_batches = smallest // args.per_device_train_batch_size - (workers - 1)
         if self.estimated_batches < 1:

@@ -13,7 +13,8 @@ ShareGPT4V one long caption), as reported by HiMo-CLIP (Tables 1-2), OneLIP (Tab
 F-CAST (Table 1). Scores are dot products of the embeddings, i.e. cosine similarities for L2-normalised embeddings
 (pass normalised ones). Image-to-text: an image is a hit at K if any of its captions is among its K best-scored
 texts; text-to-image: a caption is a hit at K if its image is among its K best-scored images. Ties count in the
-query's favour. RSUM is the sum of the recalls. Computed over chunks of queries, never materialising the full
+query's favour: the number of queries with a tie is returned, and embeddings whose rows are mostly duplicates (a
+collapsed model) raise a `DegenerateEmbeddingsWarning`. RSUM is the sum of the recalls. Computed over chunks of queries, never materialising the full
 similarity matrix.
 
 One row per caption: its embedding and the index of its image; the image embeddings are a keyword argument.
@@ -43,6 +44,7 @@ Returns:
     t2i_r1, t2i_r5, t2i_r10 (`float`): text-to-image Recall@K in percent.
     rsum (`float`): sum of the recalls.
     num_images (`int`), num_texts (`int`).
+    i2t_ties, t2i_ties (`int`): queries whose best positive ties with a negative candidate.
 Examples:
     >>> retrieval = evaluate.load("long_text_retrieval")
     >>> result = retrieval.compute(text_embeds=[[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]], text_to_image=[0, 1, 1],

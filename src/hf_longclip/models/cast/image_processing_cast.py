@@ -33,8 +33,19 @@ SFCN_UNAVAILABLE = (
 )
 
 
+def _require_ximgproc() -> None:
+    """SEEDS lives in OpenCV's contrib modules (`cv2.ximgproc`), which plain `opencv-python` lacks."""
+    if not hasattr(cv2, "ximgproc"):
+        raise ImportError(
+            "superpixel_method='seeds' needs OpenCV's contrib modules (cv2.ximgproc), which this OpenCV build lacks "
+            "(opencv-python or opencv-python-headless): pip uninstall opencv-python opencv-python-headless && pip "
+            "install opencv-contrib-python-headless; or use superpixel_method='slic'"
+        )
+
+
 def seeds_superpixels(image: np.ndarray, num_segments: int, iterations: int = 20) -> np.ndarray:
     """SEEDS superpixels of an (H, W, 3) uint8 RGB image in LAB space, as CAST computes them."""
+    _require_ximgproc()
     height, width = image.shape[:2]
     seeds = cv2.ximgproc.createSuperpixelSEEDS(width, height, 3, num_segments, **SEEDS_SETTINGS)
     seeds.iterate(cv2.cvtColor(image, cv2.COLOR_RGB2LAB), iterations)
@@ -116,6 +127,8 @@ class CASTImageProcessor(CodeBundleMixin, BaseImageProcessor):
                              f"got {superpixel_method!r}")
         if superpixel_method == "sfcn":
             raise ValueError(SFCN_UNAVAILABLE)
+        if superpixel_method == "seeds":
+            _require_ximgproc()
         self.size, self.num_segments, self.superpixel_method = size, num_segments, superpixel_method
         self.image_mean = list(IMAGENET_DEFAULT_MEAN if image_mean is None else image_mean)
         self.image_std = list(IMAGENET_DEFAULT_STD if image_std is None else image_std)

@@ -13,6 +13,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.utils import can_return_tuple
 
 from hf_longclip.modeling_common.clip_dual_encoder import CLIPDualEncoder
+from hf_longclip.modeling_common.dual_encoder import check_pixel_values
 from hf_longclip.modeling_common.gpo import GPO
 
 from .configuration_ditm import DITMConfig
@@ -63,6 +64,7 @@ class DITMModel(CLIPDualEncoder):
     ) -> BaseModelOutputWithPooling:
         """The vision tower's outputs, with `pooler_output` the GPO pooling of its projected tokens (not
         normalised, as CLIP's `get_image_features`)."""
+        check_pixel_values(pixel_values)
         vision_outputs = self.vision_model(
             pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs
         )

@@ -59,6 +59,13 @@ def text_grounded_pairs(sub_embeds: torch.Tensor, tokens: torch.Tensor, padding:
     return text_grounded_pair_losses(queries, pooled, sub_embeds.shape[1], logit_scale, logit_bias), all_sub, offset
 
 
+def _check_pairs(image_embeds: torch.Tensor, sub_embeds: torch.Tensor) -> None:
+    """Image i goes with caption i's sub-captions: the counts must match (a shape check, free)."""
+    if sub_embeds.shape[0] != image_embeds.shape[0]:
+        raise ValueError(f"the loss pairs image i with the sub-captions of caption i: got {image_embeds.shape[0]} "
+                         f"images and {sub_embeds.shape[0]} captions")
+
+
 class FCASTLoss(nn.Module):
     """Returns `{"part_loss": L_part, "whole_loss": L_whole}` (the part term only when `part_weight` > 0, scaled by
     it; 0 is the ablation "F-CAST w/o part alignment" of Table 5).
@@ -75,6 +82,7 @@ class FCASTLoss(nn.Module):
                 part_scale, part_bias, whole_scale, whole_bias) -> dict:
         if image_embeds.shape[0] == 0:
             raise ValueError("the two-level sigmoid loss needs a non-empty batch")
+        _check_pairs(image_embeds, sub_embeds)
         all_long, offset = gather_with_grad(long_embeds)
         terms = {"whole_loss": sigmoid_loss(image_embeds, all_long, whole_scale, whole_bias, offset)}
         if self.part_weight:
@@ -97,6 +105,7 @@ class FLAIRLoss(nn.Module):
     def forward(self, image_embeds, sub_embeds, long_embeds, tokens, padding, pool, logit_scale, logit_bias) -> dict:
         if image_embeds.shape[0] == 0:
             raise ValueError("FLAIR's loss needs a non-empty batch")
+        _check_pairs(image_embeds, sub_embeds)
         pairs, all_sub, offset = text_grounded_pairs(sub_embeds, tokens, padding, pool, logit_scale, logit_bias)
         batch, texts = all_sub.shape[0], F.normalize(all_sub, dim=-1)
         if long_embeds is not None:

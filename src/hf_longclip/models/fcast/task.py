@@ -39,7 +39,7 @@ class FCASTCollator:
         key = "\n".join([str(self.seed), *(row["caption"] for row in rows)])
         rng = random.Random(hashlib.sha256(key.encode()).digest())
         subs = [sample_sub_captions([row["caption"], *row["captions"][1:]], self.num_chunks, self.num_sub_captions,
-                                    rng) for row in rows]
+                                    rng, self.processor.token_budget) for row in rows]
         return dict(self.processor(text=subs, images=[row["image"] for row in rows], padding="longest"))
 
 

@@ -107,14 +107,19 @@ class QueueStore:
             os.pwrite(self._fd, entry.tobytes(), int(row) * width)
 
     def save(self, directory: Path) -> None:
-        """Copy the store into `directory` (a checkpoint being written)."""
-        os.fsync(self._fd)
+        """Copy the store into `directory` (a checkpoint being written), read through the open file: the live
+        queues are saved even if their file was deleted meanwhile."""
         directory.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(self.path, directory / QUEUE_FILE)
+        with os.fdopen(os.dup(self._fd), "rb") as source, (directory / QUEUE_FILE).open("wb") as target:
+            source.seek(0)
+            shutil.copyfileobj(source, target)
 
     def load(self, directory: Path) -> None:
-        """Replace the store by the copy in `directory` (a checkpoint)."""
-        shutil.copyfile(directory / QUEUE_FILE, self.path)
+        """Replace the store's content by the copy in `directory` (a checkpoint), written through the open file."""
+        with (directory / QUEUE_FILE).open("rb") as source, os.fdopen(os.dup(self._fd), "r+b") as target:
+            target.seek(0)
+            shutil.copyfileobj(source, target)
+            target.truncate()
 
 
 class NegativeIndex:

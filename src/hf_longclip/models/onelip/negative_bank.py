@@ -66,10 +66,23 @@ class NegativeBank:
         if self.metadata.get("format") != BANK_FORMAT:
             raise ValueError(f"{meta_file}: bank format {self.metadata.get('format')}, expected {BANK_FORMAT}")
         n, c, d = self.metadata["num_samples"], self.metadata["num_captions"], self.metadata["dim"]
-        self.captions = np.memmap(self.directory / "captions.f16", np.float16, "r", shape=(c, d))
-        self.images = np.memmap(self.directory / "images.f16", np.float16, "r", shape=(n, d))
-        self.owners = np.memmap(self.directory / "owners.i32", np.int32, "r", shape=(c,))
-        self.offsets = np.memmap(self.directory / "offsets.i64", np.int64, "r", shape=(n + 1,))
+        self.captions = self._map("captions.f16", np.float16, (c, d))
+        self.images = self._map("images.f16", np.float16, (n, d))
+        self.owners = self._map("owners.i32", np.int32, (c,))
+        self.offsets = self._map("offsets.i64", np.int64, (n + 1,))
+
+    def _map(self, name: str, dtype, shape: tuple[int, ...]) -> np.memmap:
+        """The bank file `name` memory-mapped, once its size is checked against what `bank.json` says it holds."""
+        path = self.directory / name
+        expected = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        found = path.stat().st_size if path.is_file() else None
+        if found != expected:
+            raise ValueError(
+                f"negative bank file {path} is {'missing' if found is None else f'{found} bytes'}, but {METADATA} "
+                f"says it holds {shape} {np.dtype(dtype).name} ({expected} bytes): the bank is damaged; delete "
+                f"{self.directory} to rebuild it"
+            )
+        return np.memmap(path, dtype, "r", shape=shape)
 
     @property
     def num_samples(self) -> int:
