@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTokenizer
 
-from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
+from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor, OneLIPProcessor
 
 IMAGE_SIZE = 32
 
@@ -59,6 +59,12 @@ def tiny_processor(max_length: int = 248) -> HiMoCLIPProcessor:
     return HiMoCLIPProcessor(image_processor=image_processor, tokenizer=char_clip_tokenizer(), max_length=max_length)
 
 
+def tiny_onelip_processor(max_length: int = 248) -> OneLIPProcessor:
+    """OneLIP's processor over `tiny_processor`'s image processor and character tokenizer."""
+    base = tiny_processor()
+    return OneLIPProcessor(image_processor=base.image_processor, tokenizer=base.tokenizer, max_length=max_length)
+
+
 def random_images(n: int, seed: int = 0) -> list[Image.Image]:
     rng = np.random.default_rng(seed)
     return [Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)) for _ in range(n)]
@@ -83,6 +89,12 @@ def accelerator():
     yield Accelerator(cpu=True)
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
+
+
+@pytest.fixture(scope="module")
+def datasets_cache(tmp_path_factory):
+    """A datasets cache shared by the launches of one test file (each script builds its synthetic scenes there)."""
+    return tmp_path_factory.mktemp("datasets")
 
 
 @pytest.fixture

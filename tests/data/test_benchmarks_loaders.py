@@ -1,13 +1,22 @@
 """Loaders of the real benchmark formats, each tested on a tiny fixture written in exactly that on-disk format."""
 
 import csv
-import io
-import json
 import logging
 from pathlib import Path
 
 import datasets
 import pytest
+from helpers.benchmark_files import (
+    HIERARCAPS_ROWS,
+    color,
+    karpathy_image,
+    write_corrupt,
+    write_hierarcaps,
+    write_image,
+    write_json,
+    write_jsonl,
+    write_truncated,
+)
 from PIL import Image
 
 from hf_longclip.data.benchmarks import (
@@ -27,32 +36,6 @@ NAMES = {"sharegpt4v", "urban1k", "docci", "long_dci", "himo_docci", "coco", "fl
 LONG = "A red bus stops at a corner. Two people wait beside it! Is the sky grey? Yes, it is overcast."
 
 
-def color(index: int) -> tuple[int, int, int]:
-    """A distinct, JPEG-robust colour per index, so a decoded image tells which file it came from."""
-    return ((index * 53) % 7 * 36, (index * 29) % 5 * 60, (index * 17) % 3 * 120)
-
-
-def write_image(path: Path, index: int, fmt: str = "JPEG", size=(8, 6)) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", size, color(index)).save(path, fmt)
-    return path
-
-
-def write_corrupt(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"\x00garbage, not an image\xff" * 8)
-    return path
-
-
-def write_truncated(path: Path) -> Path:
-    """A JPEG whose header parses (Image.open succeeds) but whose data stops early (only load() fails)."""
-    buffer = io.BytesIO()
-    Image.effect_noise((64, 64), 60).convert("RGB").save(buffer, "JPEG", quality=95)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
-    return path
-
-
 def pixel(image) -> tuple[int, int, int]:
     assert isinstance(image, Image.Image) and image.mode == "RGB"
     return image.getpixel((image.width // 2, image.height // 2))
@@ -60,18 +43,6 @@ def pixel(image) -> tuple[int, int, int]:
 
 def assert_color(image, index: int):
     assert all(abs(a - b) <= 12 for a, b in zip(pixel(image), color(index))), (pixel(image), color(index))
-
-
-def write_jsonl(path: Path, entries) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(entry) + "\n" for entry in entries), encoding="utf-8")
-    return path
-
-
-def write_json(path: Path, data) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return path
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -381,15 +352,6 @@ def test_himo_docci_errors(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # COCO / Flickr30k Karpathy splits
 # ---------------------------------------------------------------------------------------------------------------
-def karpathy_image(index: int, split: str, filepath: str | None = None, count: int = 5) -> dict:
-    entry = {"filename": f"img_{index:06d}.jpg", "imgid": index, "split": split, "sentid": list(range(count)),
-             "sentences": [{"raw": f" caption {k} of image {index}. ", "tokens": ["caption"], "imgid": index,
-                            "sentid": k} for k in range(count)]}
-    if filepath is not None:
-        entry.update(filepath=filepath, cocoid=1000 + index, filename=f"COCO_{filepath}_{index:012d}.jpg")
-    return entry
-
-
 def test_coco_karpathy(tmp_path):
     entries = [karpathy_image(0, "test", "val2014"), karpathy_image(1, "train", "train2014"),
                karpathy_image(2, "restval", "val2014"), karpathy_image(3, "val", "val2014"),
@@ -446,24 +408,6 @@ def test_karpathy_errors(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # HierarCaps
 # ---------------------------------------------------------------------------------------------------------------
-HIERARCAPS_ROWS = [
-    ("0", "table => table with plates => table with three plates, with man => A table with three plates.", 301718),
-    ("1", "bird => blue bird => blue bird sitting on top of branch => A blue bird on a branch. It is autumn.", 100489),
-    ("2", "bird => small bird => small bird on a branch => A small bird sits on the branch.", 100489),
-    ("3", "cat => black cat => black cat on sofa => A black cat sleeps on a sofa.", 139),
-]
-
-
-def write_hierarcaps(path: Path, rows) -> Path:
-    with path.open("w", encoding="utf-8", newline="") as file:
-        writer = csv.writer(file)
-        writer.writerow(["id", "captions", "image_url"])
-        for row_id, captions, coco_id in rows:
-            url = f"http://images.cocodataset.org/val2014/COCO_val2014_{coco_id:012d}.jpg"
-            writer.writerow([row_id, captions, url])
-    return path
-
-
 def test_hierarcaps(tmp_path):
     write_hierarcaps(tmp_path / "hierarcaps_test.csv", HIERARCAPS_ROWS)
     write_image(tmp_path / "test_imgs/COCO_val2014_000000301718.jpg", 1)

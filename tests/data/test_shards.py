@@ -6,7 +6,6 @@ DDP."""
 
 import io
 import json
-import sys
 import tarfile
 
 import datasets
@@ -14,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import kill_when_written
+from helpers.launch import CONFIGS, accelerate_launch, run, script_env, weights
 from PIL import Image
-from training.test_train_scale import CONFIGS, REPO, run, script_env, weights
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from hf_longclip.cli import main as cli_main
@@ -167,7 +166,6 @@ def test_the_shard_command_writes_shards(tmp_path, capsys):
         cli_main(["shard", str(tmp_path / "missing.csv"), str(tmp_path / "x")])
 
 
-HIMO = REPO / "examples" / "train_himo.py"
 TINY = ["--variants", "himo-clip", "--num_train", "64", "--num_test", "16", "--hidden_size", "32", "--num_layers", "1",
         "--num_heads", "2", "--logging_steps", "1", "--warmup_steps", "1", "--num_train_epochs", "2",
         "--checkpointing_steps", "2", "--dataloader_num_workers", "2", "--shuffle_buffer", "16", "--base_steps", "0"]
@@ -179,13 +177,14 @@ TINY = ["--variants", "himo-clip", "--num_train", "64", "--num_test", "16", "--h
     pytest.param(["--config_file", str(CONFIGS / "multi_gpu.yaml")], 2, id="ddp"),
 ])
 def test_killed_run_on_shards_resumes_to_the_weights_of_an_uninterrupted_run(engine, processes, shards, tmp_path):
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
-               "--dynamo_backend", "no", *engine, "--num_processes", str(processes), str(HIMO), *TINY,
-               "--train_shards", str(shards / "{00000..00005}.tar"),
-               "--per_device_train_batch_size", str(8 // processes)]
+    def command(output_dir):
+        return accelerate_launch("train_himo.py", output_dir, [*engine, "--num_processes", str(processes)], *TINY,
+                                 "--train_shards", str(shards / "{00000..00005}.tar"),
+                                 "--per_device_train_batch_size", str(8 // processes))
+
     env = script_env(tmp_path / "datasets")
-    run([*command, "--output_dir", str(tmp_path / "uninterrupted")], env, tmp_path)
-    interrupted = [*command, "--output_dir", str(tmp_path / "interrupted")]
+    run(command(tmp_path / "uninterrupted"), env, tmp_path)
+    interrupted = command(tmp_path / "interrupted")
     kill_when_written(interrupted, tmp_path / "interrupted" / "checkpoints" / "himo-clip" / "step_00000004", env,
                       tmp_path)
     assert not (tmp_path / "interrupted" / "himo-clip").exists(), "the run finished before it was killed"

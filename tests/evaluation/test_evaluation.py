@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import IMAGE_SIZE, char_clip_tokenizer, random_images, tiny_clip, tiny_himo, tiny_processor
-from data.test_benchmarks_loaders import (
+from helpers.benchmark_files import (
     HIERARCAPS_ROWS,
     karpathy_image,
     write_corrupt,

@@ -3,7 +3,6 @@ offline; `modeling/` is exactly the code save_pretrained writes."""
 
 import filecmp
 import json
-import os
 import re
 import subprocess
 import sys
@@ -11,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from conftest import CAPTIONS, tiny_himo, tiny_processor
+from helpers.fresh_process import load_in_fresh_process, save_checkpoint
 
 from hf_longclip import HiMoCLIPProcessor
 from hf_longclip.cli import main as cli_main
@@ -19,32 +19,6 @@ from hf_longclip.data.tokenizer import train_scene_tokenizer
 from hf_longclip.export import model_bundle
 
 REPO = Path(__file__).resolve().parents[2]
-
-# What every fresh-process check starts with: the checkpoint's own code loaded by AutoModel / AutoProcessor, and the
-# processor's inputs for the captions and the images saved beside the checkpoint. Each check appends its own lines.
-FRESH_PROCESS_PRELUDE = """
-import sys
-sys.modules["hf_longclip"] = None  # the library is not importable: only the checkpoint's own code may run
-import torch
-from PIL import Image
-from transformers import AutoModel, AutoProcessor
-checkpoint, captions, output = sys.argv[1], sys.argv[2].split("|"), sys.argv[3]
-model = AutoModel.from_pretrained(checkpoint, trust_remote_code=True).eval()
-processor = AutoProcessor.from_pretrained(checkpoint, trust_remote_code=True)
-images = [Image.open(f"{checkpoint}/image{i}.png") for i in range(len(captions))]
-inputs = processor(text=captions, images=images)
-"""
-
-FRESH_PROCESS_LOAD = FRESH_PROCESS_PRELUDE + """
-with torch.no_grad():
-    out = model(**inputs, return_loss=True)
-model.save_pretrained(output + ".resaved")  # the remote code saves itself again, unchanged
-processor.save_pretrained(output + ".resaved")
-torch.save({"text": out.text_embeds, "image": out.image_embeds, "loss": out.loss,
-            "classes": [type(model).__module__, type(processor).__module__],
-            "input_ids": inputs["input_ids"]}, output)
-"""
-
 
 FRESH_PROCESS_PIPELINE = """
 import sys
@@ -59,34 +33,9 @@ torch.save({item["label"]: item["score"] for item in result}, output)
 """
 
 
-def _load_in_fresh_process(checkpoint: Path, captions: list[str], tmp_path: Path,
-                           script: str = FRESH_PROCESS_LOAD) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), PYTHONPATH="")
-    output = tmp_path / "fresh.pt"
-    result = subprocess.run(
-        [sys.executable, "-c", script, str(checkpoint), "|".join(captions), str(output)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return torch.load(output)
-
-
-def _save_checkpoint(model, processor, captions: list[str], path: Path) -> dict:
-    model.save_pretrained(path)
-    processor.save_pretrained(path)
-    images = random_images(len(captions))
-    for i, image in enumerate(images):
-        image.save(path / f"image{i}.png")
-    inputs = processor(text=captions, images=images)
-    with torch.no_grad():
-        out = model(**inputs, return_loss=True)
-    return {"text": out.text_embeds, "image": out.image_embeds, "loss": out.loss, "input_ids": inputs["input_ids"]}
-
-
 def test_checkpoint_with_clip_tokenizer_loads_without_the_library(tmp_path):
-    expected = _save_checkpoint(tiny_himo(), tiny_processor(), CAPTIONS, tmp_path / "ckpt")
-    loaded = _load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path)
+    expected = save_checkpoint(tiny_himo(), tiny_processor(), CAPTIONS, tmp_path / "ckpt")
+    loaded = load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path)
     assert all(module.startswith("transformers_modules.") for module in loaded["classes"])
     resaved = tmp_path / "fresh.pt.resaved"
     for name in model_bundle("himo_clip"):
@@ -98,8 +47,8 @@ def test_checkpoint_with_clip_tokenizer_loads_without_the_library(tmp_path):
 
 def test_zero_shot_pipeline_by_path_without_the_library(tmp_path):
     model, processor = tiny_himo(), tiny_processor()
-    _save_checkpoint(model, processor, CAPTIONS, tmp_path / "ckpt")
-    scores = _load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path, FRESH_PROCESS_PIPELINE)
+    save_checkpoint(model, processor, CAPTIONS, tmp_path / "ckpt")
+    scores = load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path, FRESH_PROCESS_PIPELINE)
     from PIL import Image
 
     inputs = processor(text=CAPTIONS, images=[Image.open(tmp_path / "ckpt" / "image0.png")])
@@ -118,8 +67,8 @@ def test_checkpoint_with_scene_tokenizer_loads_without_the_library(tmp_path):
     model.config.text_config.update(config)  # ids of the trained tokenizer; vocab fits the tiny model
     assert len(tokenizer) <= model.config.text_config.vocab_size
     model.text_model.eos_token_id = tokenizer.eos_token_id
-    expected = _save_checkpoint(model, processor, CAPTIONS, tmp_path / "ckpt")
-    loaded = _load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path)
+    expected = save_checkpoint(model, processor, CAPTIONS, tmp_path / "ckpt")
+    loaded = load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path)
     torch.testing.assert_close(loaded["input_ids"], expected["input_ids"])
     torch.testing.assert_close(loaded["text"], expected["text"], atol=1e-6, rtol=1e-6)
 

@@ -98,6 +98,7 @@ class CommonTestsUnavailable(RuntimeError):
     """transformers' test files could not be fetched; the message says why."""
 
 
+
 def cache_root() -> Path:
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
@@ -145,7 +146,7 @@ def _build_package(sdist: Path, version: str, target: Path) -> None:
             (package / wanted[name]).write_bytes(tar.extractfile(member).read())
     # test_configuration_common runs `direct_transformers_import(Path(__file__).parent)`, which needs __init__.py.
     (package / "__init__.py").write_text(
-        f'"""transformers {version}\'s common tests, from its sdist (see tests/transformers_common.py)."""\n'
+        f'"""transformers {version}\'s common tests, from its sdist (see tests/helpers/transformers_common.py)."""\n'
     )
     for relative, text in STAND_INS.items():
         path = package / relative

@@ -1,7 +1,7 @@
 """A run of the shared loop whose task keeps state across steps: a memory queue of past text embeddings that join
 the contrastive denominator (MoCo-style). Used by test_task_state.py under a real `accelerate launch`.
 
-    accelerate launch tests/queue_task_script.py OUTPUT_DIR [--resume]
+    accelerate launch tests/training/queue_task_script.py OUTPUT_DIR [--resume]
 """
 
 import json

@@ -1,5 +1,5 @@
-"""Push a checkpoint with its model card to a loopback fake Hub (tests/fake_hub.py), then load it by repo id in a
-fresh process where hf_longclip is not importable.
+"""Push a checkpoint with its model card to a loopback fake Hub (tests/helpers/fake_hub.py), then load it by repo id
+in a fresh process where hf_longclip is not importable.
 
 Why subprocesses: huggingface_hub reads HF_ENDPOINT (and HF_HUB_OFFLINE, HF_HOME, the token) once, at import, and
 derives more from it then (`constants.HUGGINGFACE_CO_URL_TEMPLATE`, the trusted hosts the auth header may be sent
@@ -12,7 +12,6 @@ loader per check. The fake hub itself runs in this process, so tests can arm fai
 
 import hashlib
 import json
-import os
 import queue
 import shutil
 import subprocess
@@ -25,9 +24,10 @@ import pytest
 import torch
 from conftest import CAPTIONS, himo_task, tiny_himo, tiny_processor
 from helpers.fake_hub import FakeHub
+from helpers.fresh_process import save_checkpoint
+from helpers.hub import TOKEN, hub_env
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
-from export.test_remote_code import _save_checkpoint
 
 import hf_longclip.training.hub as hub_module
 from hf_longclip.models.himo_clip.card import CARD as HIMO_CLIP_CARD
@@ -36,7 +36,6 @@ from hf_longclip.training.task import OPTIONS_FILE, save_options
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = HIMO_CLIP_CARD.template
-TOKEN = "hf_fake_write_token"
 RESULTS = {"r1_i2t": 20.3, "r1_t2i": 22.7, "himo@2": 97.5, "himo@3": 93.4, "himo@k": 0.881,
            "mean_similarity_by_prefix": [0.21, 0.24, 0.26]}  # a list, as evaluate_long_captions returns: left out
 TRAINING_ARGS = {"learning_rate": 5e-4, "max_steps": 300, "per_device_train_batch_size": 64, "seed": 0,
@@ -81,30 +80,6 @@ with torch.no_grad():
 torch.save({"text": out.text_embeds, "image": out.image_embeds, "loss": out.loss,
             "classes": [type(model).__module__, type(processor).__module__]}, output)
 """
-
-
-def hub_env(hub: FakeHub, home: Path, token: str | None = TOKEN) -> dict:
-    """The environment of a Hub client process pointed at `hub` (set before huggingface_hub is imported)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_"))}
-    env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HOME=str(home), HF_HUB_CACHE=str(home / "hub"),
-               HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", NO_PROXY="127.0.0.1,localhost")
-    if token:
-        env["HF_TOKEN"] = token
-    return env
-
-
-def load_by_repo_id_without_the_library(hub: FakeHub, repo_id: str, home: Path, auto_class: str = "AutoModel") -> dict:
-    """Load `repo_id` from `hub` with transformers' `auto_class` in a fresh process where hf_longclip cannot be
-    imported; returns the model's class name and module, and the sum of its parameters (float64)."""
-    script = ("import sys; sys.modules['hf_longclip'] = None\n"
-              "import transformers\n"
-              f"model = transformers.{auto_class}.from_pretrained({repo_id!r}, trust_remote_code=True)\n"
-              "print(type(model).__name__, type(model).__module__, sum(p.double().sum().item() for p in model.parameters()))")
-    result = subprocess.run([sys.executable, "-c", script], env={**hub_env(hub, home, token=None), "PYTHONPATH": ""},
-                            cwd=home.parent, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    name, module, checksum = result.stdout.split()[-3:]
-    return {"class": name, "module": module, "checksum": float(checksum)}
 
 
 def folder_digest(folder: Path) -> dict[str, str]:
@@ -176,7 +151,7 @@ def checkpoint(tmp_path_factory):
     outputs before pushing; its card renders the config merged with the training options, as `recipe.publish` does."""
     path = tmp_path_factory.mktemp("run") / "himo-clip"
     model = tiny_himo()
-    expected = _save_checkpoint(model, tiny_processor(), CAPTIONS, path)
+    expected = save_checkpoint(model, tiny_processor(), CAPTIONS, path)
     save_options(himo_task(model), path)  # as `recipe.train_variants` does beside each trained checkpoint
     config = {**json.loads((path / "config.json").read_text()), **json.loads((path / OPTIONS_FILE).read_text())}
     card = build_model_card(TEMPLATE, repo_id="org/himo-tiny", info=HIMO_CLIP_CARD, results=RESULTS,

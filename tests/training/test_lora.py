@@ -8,7 +8,7 @@ import torch
 from conftest import CAPTIONS, himo_task, random_images, tiny_himo, tiny_processor
 from peft import AutoPeftModel, PeftModel
 from safetensors.torch import load_file
-from export.test_remote_code import _load_in_fresh_process, _save_checkpoint
+from helpers.fresh_process import load_in_fresh_process, save_checkpoint
 from transformers import HfArgumentParser
 
 from hf_longclip import HiMoCLIPModel
@@ -124,7 +124,7 @@ def test_merged_model_matches_the_adapter_and_loads_without_the_library(tmp_path
     processor = tiny_processor()
     peft_model = apply_lora(tiny_himo(), LoraArguments(lora_r=4, lora_modules_to_save=POSITIONS))
     _perturb(peft_model)
-    inputs = processor(text=CAPTIONS, images=random_images(len(CAPTIONS)))  # what _save_checkpoint feeds
+    inputs = processor(text=CAPTIONS, images=random_images(len(CAPTIONS)))  # what save_checkpoint feeds
     unmerged = _outputs(peft_model, inputs)
 
     merged = merge_lora(peft_model)
@@ -133,9 +133,9 @@ def test_merged_model_matches_the_adapter_and_loads_without_the_library(tmp_path
     _assert_outputs_equal(_outputs(merged, inputs), unmerged, **MERGE_TOLERANCE)
     assert not torch.allclose(_outputs(tiny_himo(), inputs)["text_embeds"], unmerged["text_embeds"])
 
-    expected = _save_checkpoint(merged, processor, CAPTIONS, tmp_path / "ckpt")
+    expected = save_checkpoint(merged, processor, CAPTIONS, tmp_path / "ckpt")
     assert not (tmp_path / "ckpt" / "adapter_config.json").exists()
-    loaded = _load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path)
+    loaded = load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path)
     assert all(module.startswith("transformers_modules.") for module in loaded["classes"])
     for key in ("text", "image", "loss"):
         torch.testing.assert_close(loaded[key], expected[key], atol=1e-6, rtol=1e-6)

@@ -5,23 +5,17 @@ training options run, LoRA trains and merges, and `--push_to_hub` publishes a ch
 Each launch trains one tiny HiMo-CLIP (width 32, one layer) on 128 synthetic scenes for a few steps.
 """
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import kill_when_written
 from helpers.fake_hub import FakeHub
-from safetensors.torch import load_file
-from training.test_hub_push import TOKEN, hub_env, load_by_repo_id_without_the_library
+from helpers.hub import TOKEN, hub_env, load_by_repo_id_without_the_library
+from helpers.launch import CONFIGS, NOISE_ONLY, accelerate_launch, needs_deepspeed, run, script_env, weights
 from transformers import AutoModel
 
-REPO = Path(__file__).resolve().parents[2]
-CONFIGS = REPO / "examples" / "accelerate_configs"
 TINY = ["--variants", "himo-clip", "--num_train", "128", "--num_test", "32", "--image_size", "32",
         "--hidden_size", "32", "--num_layers", "1", "--num_heads", "2", "--logging_steps", "1", "--warmup_steps", "1",
         "--base_steps", "0"]  # from scratch: what is compared is the variant's own training
@@ -29,41 +23,14 @@ GLOBAL_BATCH = 16
 # Summation order differs between one process and gathered/all-reduced shards: float32 rounding only (measured:
 # losses within 1e-7 relative, weights within 6e-8).
 LOSS_RTOL, WEIGHT_ATOL = 1e-5, 1e-6
-# Attention is invariant to the key bias, so its true gradient is 0 and AdamW turns rounding noise into lr-sized
-# steps whose sign differs between runs: not comparable.
-NOISE_ONLY = "self_attn.k_proj.bias"
-needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                                     reason="deepspeed is not installed (pip install --no-build-isolation "
-                                            "-e '.[deepspeed]')")
 
 
 def launch_command(output_dir: Path, launch_args: list[str], *script_args: str) -> list[str]:
-    return [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
-            "--dynamo_backend", "no", *launch_args, str(REPO / "examples" / "train_himo.py"),
-            "--output_dir", str(output_dir), *TINY, *script_args]
-
-
-def script_env(datasets_cache: Path, **extra) -> dict:
-    return dict(os.environ, HF_DATASETS_CACHE=str(datasets_cache), OMP_NUM_THREADS="1", **extra)
-
-
-def run(command: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
-    return result
+    return accelerate_launch("train_himo.py", output_dir, launch_args, *TINY, *script_args)
 
 
 def losses(output_dir: Path) -> list[float]:
     return [record["loss"] for record in json.loads((output_dir / "results.json").read_text())["training"]["himo-clip"]]
-
-
-def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
-    return load_file(checkpoint / "model.safetensors")
-
-
-@pytest.fixture(scope="module")
-def datasets_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("datasets")
 
 
 @pytest.fixture(scope="module")

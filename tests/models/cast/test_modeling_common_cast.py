@@ -6,13 +6,13 @@ label maps (some ids left without pixels, i.e. padding). Skips say why; `CASTUsa
 import unittest
 
 import torch
-from models.himo_clip.test_modeling_common_himo_clip import UNAVAILABLE, seed_test_inputs
+from helpers.modeling_common import UNAVAILABLE, seed_test_inputs
 from transformers.testing_utils import require_torch, torch_device
 
 from hf_longclip import CASTForImageClassification, CASTVisionConfig, CASTVisionModel
 
 if UNAVAILABLE is None:
-    from models.himo_clip.test_modeling_common_himo_clip import ConfigTester, ModelTesterMixin, floats_tensor
+    from helpers.modeling_common import ConfigTester, ModelTesterMixin, floats_tensor
 else:
     ModelTesterMixin = type("ModelTesterMixin", (), {})
 

@@ -4,13 +4,12 @@ superpixel package is named by transformers' loader."""
 
 import filecmp
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
+from helpers.fresh_process import fresh_process
 from PIL import Image
 
 from hf_longclip import CASTForImageClassification, CASTImageProcessor, CASTVisionConfig, CASTVisionModel
@@ -51,11 +50,8 @@ sys.meta_path.insert(0, NotInstalled)
 
 
 def run_fresh(checkpoint: Path, tmp_path: Path, block: str = "") -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), PYTHONPATH="")
-    return subprocess.run([sys.executable, "-c", FRESH_PROCESS_CAST.format(block=block), str(checkpoint),
-                           str(tmp_path / "fresh.pt")], env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
+    return fresh_process(FRESH_PROCESS_CAST.format(block=block), str(checkpoint), str(tmp_path / "fresh.pt"),
+                         tmp_path=tmp_path)
 
 
 def save_checkpoint(path: Path) -> dict:

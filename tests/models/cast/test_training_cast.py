@@ -6,10 +6,7 @@ CAST's stem has BatchNorm, whose batch statistics are per process under DDP (Syn
 gradient check runs the stem's BatchNorm on its running statistics; everything else in CAST (pooling, sampling,
 assignment) is per image, which is what makes the shards add up."""
 
-import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,13 +14,12 @@ import pytest
 import torch
 from accelerate import Accelerator
 from helpers.fake_hub import FakeHub
-from training.test_hub_push import TOKEN, hub_env, load_by_repo_id_without_the_library
+from helpers.hub import TOKEN, hub_env, load_by_repo_id_without_the_library
+from helpers.launch import CONFIGS, accelerate_launch, needs_deepspeed, run, script_env, torchrun
 from transformers import AutoModelForImageClassification
 
 from hf_longclip import CASTForImageClassification, CASTVisionConfig
 
-REPO = Path(__file__).resolve().parents[3]
-CONFIGS = REPO / "examples" / "accelerate_configs"
 WORLD_SIZE = 2
 TINY = ["--num_train", "64", "--num_test", "16", "--image_size", "48", "--num_clusters", "4,2",
         "--hidden_size", "32", "--num_attention_heads", "2", "--max_steps", "3", "--logging_steps", "1",
@@ -67,21 +63,12 @@ def test_two_processes_equal_one_process_on_the_concatenated_batch(tmp_path):
     reference = tmp_path / "reference.pt"
     torch.save({"batch": batch, "loss": loss.detach(),
                 "grads": {name: p.grad.clone() for name, p in model.named_parameters()}}, reference)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD_SIZE),
-               "--master_port", str(29700 + os.getpid() % 1000), __file__, str(reference)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO / "tests")]))
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    torchrun(__file__, str(reference))
 
 
-def launch(output_dir: Path, launch_args: list[str], *script_args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
-               "--dynamo_backend", "no", *launch_args, str(REPO / "examples" / "train_cast.py"),
-               "--output_dir", str(output_dir), *TINY, *script_args]
-    env = dict(os.environ, HF_DATASETS_CACHE=str(output_dir.parent / "datasets"), OMP_NUM_THREADS="1")
-    result = subprocess.run(command, env=env, cwd=output_dir.parent, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
-    return result
+def launch(output_dir: Path, launch_args: list[str], *script_args: str):
+    return run(accelerate_launch("train_cast.py", output_dir, launch_args, *TINY, *script_args),
+               script_env(output_dir.parent / "datasets"), output_dir.parent)
 
 
 @pytest.mark.slow
@@ -89,8 +76,7 @@ def launch(output_dir: Path, launch_args: list[str], *script_args: str) -> subpr
     pytest.param(["--num_processes", "1"], id="single"),
     pytest.param(["--config_file", str(CONFIGS / "multi_gpu.yaml"), "--num_processes", "2"], id="ddp"),
     pytest.param(["--config_file", str(CONFIGS / "zero2.yaml"), "--num_processes", "2"], id="zero2",
-                 marks=pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                                          reason="deepspeed is not installed")),
+                 marks=needs_deepspeed),
 ])
 def test_train_cast_runs_saves_and_reloads(engine, tmp_path):
     output_dir = tmp_path / "run"
@@ -109,11 +95,8 @@ def test_push_to_hub_publishes_cast_with_its_card(tmp_path):
     with FakeHub(token=TOKEN) as hub:
         output_dir = tmp_path / "run"
         env = {**hub_env(hub, tmp_path / "home"), "HF_DATASETS_CACHE": str(tmp_path / "datasets")}
-        command = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--num_processes", "1",
-                   "--mixed_precision", "no", "--dynamo_backend", "no", str(REPO / "examples" / "train_cast.py"),
-                   "--output_dir", str(output_dir), *TINY, "--push_to_hub", "--hub_model_id", "lab/cast-tiny"]
-        result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-4000:]
+        result = run(accelerate_launch("train_cast.py", output_dir, ["--num_processes", "1"], *TINY, "--push_to_hub",
+                                       "--hub_model_id", "lab/cast-tiny"), env, tmp_path)
         assert f"pushed cast to {hub.url}/lab/cast-tiny/commit/" in result.stdout and "pushed vit" not in result.stdout
         card = hub.file("lab/cast-tiny", "README.md").decode()
         accuracy = json.loads((output_dir / "results.json").read_text())["results"]["cast"]["test_accuracy"]

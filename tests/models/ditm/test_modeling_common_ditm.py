@@ -1,10 +1,10 @@
-"""transformers' common model tests and the usage tests (tests/test_modeling_common.py) for `DITMModel`, whose
+"""transformers' common model tests and the usage tests (tests/helpers/modeling_common.py) for `DITMModel`, whose
 training task (`DITMTask`) also takes each text's descriptiveness, image id and image row."""
 
 import unittest
 
 import torch
-from models.himo_clip.test_modeling_common_himo_clip import UNAVAILABLE, DualEncoderCommonTests, DualEncoderUsageTests
+from helpers.modeling_common import UNAVAILABLE, DualEncoderCommonTests, DualEncoderUsageTests
 from transformers.testing_utils import require_torch, torch_device
 
 from hf_longclip import DITMConfig, DITMModel
@@ -23,7 +23,7 @@ def ditm_inputs(batch_size: int) -> dict:
 class DITMModelTest(DualEncoderCommonTests, unittest.TestCase):
     all_model_classes = (DITMModel,)
     config_class = DITMConfig
-    # Two texts per image id: the ordering term (tests/test_ditm_model.py) is on with lambda > 0.
+    # Two texts per image id: the ordering term (tests/models/ditm/test_modeling_ditm.py) is on with lambda > 0.
     loss_terms = ("triplet_loss", "order_loss")
     config_overrides = dict(gpo_pe_dim=16, gpo_hidden_dim=8, gpo_temperature=0.2)
     task_options = dict(margin_scale=4.0, order_weight=0.5)

@@ -16,7 +16,7 @@ from conftest import (
     tiny_processor,
     tiny_sub_configs,
 )
-from export.test_remote_code import FRESH_PROCESS_PRELUDE, _load_in_fresh_process
+from helpers.fresh_process import FRESH_PROCESS_PRELUDE, load_in_fresh_process
 
 from hf_longclip import DITMConfig, DITMModel, DITMProcessor
 from hf_longclip.data.collate import ImageTextCollator
@@ -142,7 +142,7 @@ def test_checkpoint_loads_without_the_library_and_ships_the_generated_bundle(tmp
     inputs = processor(text=CAPTIONS[:3], images=images)
     with torch.no_grad():
         expected = model(**inputs, return_loss=True)
-    loaded = _load_in_fresh_process(path, CAPTIONS[:3], tmp_path, FRESH_PROCESS_DITM)
+    loaded = load_in_fresh_process(path, CAPTIONS[:3], tmp_path, FRESH_PROCESS_DITM)
     assert all(module.startswith("transformers_modules.") for module in loaded["classes"])
     torch.testing.assert_close(loaded["text"], expected.text_embeds, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(loaded["image"], expected.image_embeds, atol=1e-6, rtol=1e-6)

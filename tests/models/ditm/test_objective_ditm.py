@@ -2,16 +2,13 @@
 ordering loss against Eq. 6, positives never negatives, errors, and the global batch over processes."""
 
 import math
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.launch import torchrun
 
-import hf_longclip
 from hf_longclip.models.ditm import objective as ditm
 from hf_longclip.models.ditm.objective import DITMLoss, adaptive_triplet_loss
 
@@ -325,13 +322,7 @@ def test_two_gloo_processes_equal_one_process_on_the_concatenated_batch(tmp_path
                                                       "text_grad": text_grad}
     path = tmp_path / "reference.pt"
     torch.save(reference, path)
-    source_dir = str(Path(hf_longclip.__file__).resolve().parents[1])
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD_SIZE),
-               "--master_port", str(29700 + os.getpid() % 1000), __file__, str(path)]
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([source_dir, str(Path(__file__).resolve().parents[2])]))
-    result = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    torchrun(__file__, str(path))
 
 
 if __name__ == "__main__":

@@ -7,13 +7,12 @@ Each launch trains a tiny model (width 32, one layer) on 64 synthetic scenes for
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import kill_when_written
-from training.test_train_scale import CONFIGS, NOISE_ONLY, REPO, needs_deepspeed, run, script_env, weights
+from helpers.launch import CONFIGS, NOISE_ONLY, accelerate_launch, needs_deepspeed, run, script_env, weights
 from transformers import AutoModel
 
 from hf_longclip.training.task import saved_options
@@ -25,18 +24,11 @@ GLOBAL_BATCH = 8  # images; 8 steps per epoch on 64 scenes
 
 
 def launch(output_dir: Path, launch_args: list[str], *script_args: str) -> list[str]:
-    return [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
-            "--dynamo_backend", "no", *launch_args, str(REPO / "examples" / "train_ditm.py"),
-            "--output_dir", str(output_dir), *TINY, *script_args]
+    return accelerate_launch("train_ditm.py", output_dir, launch_args, *TINY, *script_args)
 
 
 def history(output_dir: Path, variant: str = "adaptive+order") -> list[dict]:
     return json.loads((output_dir / "results.json").read_text())["training"][variant]
-
-
-@pytest.fixture(scope="module")
-def datasets_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("datasets")
 
 
 def test_table_iv_miniature_and_levels_plot(datasets_cache, tmp_path):

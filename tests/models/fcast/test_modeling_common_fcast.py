@@ -13,7 +13,7 @@ from unittest import mock
 import pytest
 import torch
 import torch.nn.functional as F
-from models.himo_clip.test_modeling_common_himo_clip import UNAVAILABLE, DualEncoderCommonTests, seed_test_inputs
+from helpers.modeling_common import UNAVAILABLE, DualEncoderCommonTests, seed_test_inputs
 from transformers import CLIPVisionConfig
 from transformers.testing_utils import require_torch, torch_device
 
@@ -23,7 +23,7 @@ from hf_longclip.models.fcast.task import FCASTTask
 from hf_longclip.training.task import save_options, saved_options
 
 if UNAVAILABLE is None:
-    from models.himo_clip.test_modeling_common_himo_clip import ConfigTester
+    from helpers.modeling_common import ConfigTester
 
 
 class FCASTModelTester:

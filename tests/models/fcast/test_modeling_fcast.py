@@ -4,77 +4,22 @@ sub-captions), FLAIR's pair construction, Sec. 4.1's initial temperatures and bi
 one process on the concatenated batch; the Table 2 baselines (ViT, CLIP's flat text encoder, FLAIR's flat loss
 against a transcription of its released formula)."""
 
-import os
-import subprocess
 import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import check_old_training_options_load
-from PIL import Image
+from helpers.fcast import CAPTIONS, TABLE2, fcast_task, random_images, tiny_config, tiny_fcast, tiny_processor
+from helpers.launch import torchrun
 
-from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
-from hf_longclip.models.fcast import FCASTTextConfig
-from hf_longclip.models.fcast.chunking import balanced_chunks
-from hf_longclip.models.fcast.task import FCASTTask
-from hf_longclip.data.tokenizer import train_scene_tokenizer
+from hf_longclip import FCASTConfig, FCASTModel
 from hf_longclip.models.fcast import FCASTTextConfig
 from hf_longclip.models.fcast.chunking import balanced_chunks
 from hf_longclip.models.fcast.objective import part_level_queries
+from hf_longclip.models.fcast.task import FCASTTask
 
 WORLD_SIZE = 2
-CAPTIONS = [
-    "A red circle is on the left. A blue square is at the top. The ground is plain. A green star is small.",
-    "A yellow triangle is large. A red square is on the right. The sky is grey. A blue circle is tiny.",
-    "A green circle is in the middle. A purple star is at the bottom. The scene is bright. A red star is big.",
-    "A blue triangle is on the left. A yellow circle is at the top. The ground is dark. A green square is low.",
-]
-
-
-TABLE2 = {  # name: (vision_backbone, hierarchical text encoder, the task's objective), FLAIR to F-CAST
-    "flair": ("vit", False, "flair"), "flair-cast": ("cast", False, "flair"), "flair-cast-hier": ("cast", True, "flair"),
-    "fcast": ("cast", True, "fcast"),
-}
-
-
-def tiny_processor(num_chunks: int = 4) -> FCASTProcessor:
-    tokenizer = train_scene_tokenizer(CAPTIONS, model_max_length=77)
-    return FCASTProcessor(CASTImageProcessor(size=32, num_segments=16), tokenizer, max_length=16, num_chunks=num_chunks)
-
-
-def tiny_config(row: str = "fcast", **overrides) -> FCASTConfig:
-    """A tiny configuration of one of Table 2's rows (its objective is the task's: `fcast_task`)."""
-    backbone, hierarchical, objective = TABLE2[row]
-    tokenizer = tiny_processor().tokenizer
-    text = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_attention_heads=4,
-                num_hidden_layers=2, num_stage2_layers=int(hierarchical), num_chunks=4 if hierarchical else 1,
-                max_position_embeddings=16, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
-                pad_token_id=tokenizer.pad_token_id)
-    tower = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64, image_size=32)
-    vision = (dict(tower, num_hidden_layers=2, patch_size=8) if backbone == "vit" else
-              dict(tower, num_segments=16, depths=[1, 1, 1], num_clusters=[6, 3]))
-    defaults = {"text_config": text, "vision_config": vision, "projection_dim": 16, "pool_heads": 2,
-                "vision_backbone": backbone, "grounding_stage": 2 if objective == "flair" else 1}
-    return FCASTConfig(**{**defaults, **overrides})
-
-
-def tiny_fcast(seed: int = 0, row: str = "fcast", **overrides) -> FCASTModel:
-    torch.manual_seed(seed)
-    return FCASTModel(tiny_config(row, **overrides))
-
-
-def fcast_task(model: FCASTModel, row: str = "fcast", **options) -> FCASTTask:
-    """The training task of one of Table 2's rows over `model` (F-CAST's two-level loss or FLAIR's flat loss)."""
-    return FCASTTask(model, None, objective=TABLE2[row][2], **options)
-
-
-def random_images(n: int) -> list[Image.Image]:
-    return [Image.fromarray(np.random.default_rng(i).integers(0, 256, (40, 48, 3), dtype=np.uint8)) for i in range(n)]
-
-
 def training_inputs(k: int = 6, row: str = "fcast") -> dict:
     """4 images, each with K sub-captions: its caption's 4 balanced chunks, then sentences of the next caption."""
     processor = tiny_processor(4 if TABLE2[row][1] else 1)
@@ -404,11 +349,7 @@ def test_two_processes_equal_one_process_on_the_concatenated_batch(row, tmp_path
     path = tmp_path / "reference.pt"
     torch.save({"row": row, "inputs": inputs, "terms": {k: v.detach() for k, v in terms.items()},
                 "grads": {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad}}, path)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD_SIZE),
-               "--master_port", str(29700 + os.getpid() % 1000), __file__, str(path)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    torchrun(__file__, str(path))
 
 
 if __name__ == "__main__":

@@ -4,16 +4,14 @@ writes; the zero-shot image classification pipeline runs on it by path."""
 
 import filecmp
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers.fcast import CAPTIONS, TABLE2, random_images, tiny_fcast, tiny_processor
+from helpers.fresh_process import fresh_process
 from PIL import Image
-from models.fcast.test_modeling_fcast import CAPTIONS, TABLE2, random_images, tiny_fcast, tiny_processor
 
 from hf_longclip.export import model_bundle
 
@@ -56,11 +54,8 @@ torch.save({item["label"]: item["score"] for item in result}, output)
 
 
 def run_fresh(script: str, checkpoint: Path, tmp_path: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), PYTHONPATH="")
     output = tmp_path / "fresh.pt"
-    result = subprocess.run([sys.executable, "-c", script, str(checkpoint), str(output)], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300)
+    result = fresh_process(script, str(checkpoint), str(output), tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     return torch.load(output)
 

@@ -4,15 +4,13 @@ reloads), a run killed mid-way that resumes to the weights of an uninterrupted o
 F-CAST's model card (src/hf_longclip/models/fcast/model_card.md; loaded back by repo id with the package absent)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 from conftest import kill_when_written
 from helpers.fake_hub import FakeHub
-from training.test_hub_push import TOKEN, hub_env, load_by_repo_id_without_the_library
-from training.test_train_scale import CONFIGS, REPO, needs_deepspeed, script_env, weights
+from helpers.hub import TOKEN, hub_env, load_by_repo_id_without_the_library
+from helpers.launch import CONFIGS, accelerate_launch, needs_deepspeed, run, script_env, weights
 from transformers import AutoModel, AutoProcessor
 
 from hf_longclip import FCASTModel
@@ -26,15 +24,7 @@ METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i", "pointing_game", "b
 
 
 def launch(output_dir, launch_args: list[str], *script_args: str) -> list[str]:
-    return [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
-            "--dynamo_backend", "no", *launch_args, str(REPO / "examples" / "train_fcast.py"),
-            "--output_dir", str(output_dir), *TINY, *script_args]
-
-
-def run(command: list[str], env: dict, cwd) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
-    return result
+    return accelerate_launch("train_fcast.py", output_dir, launch_args, *TINY, *script_args)
 
 
 @pytest.mark.slow

@@ -1,15 +1,13 @@
 """HiDe over the global batch: 2 gloo processes give the gradients of one process on the concatenated batch (text
 components, and Table 5's HiDe on both modalities)."""
 
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
 from conftest import CAPTIONS, himo_task, random_images, tiny_himo, tiny_processor
+from helpers.launch import torchrun
 
 from hf_longclip.objectives import contrastive_loss
 from hf_longclip.models.himo_clip.objective import hide_components
@@ -63,11 +61,7 @@ def _reference(scope: str, modalities: str, tmp_path) -> str:
 
 def _launch(scope: str, tmp_path, modalities: str = "text") -> None:
     """torchrun with 2 CPU processes: accelerate sets up gloo (MULTI_CPU) and wraps the model in DDP."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD_SIZE),
-               "--master_port", str(29500 + os.getpid() % 1000), __file__, _reference(scope, modalities, tmp_path), scope, modalities]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    torchrun(__file__, _reference(scope, modalities, tmp_path), scope, modalities)
 
 
 def test_global_hide_two_processes_equal_one_process_on_the_concatenated_batch(tmp_path):

@@ -3,37 +3,28 @@ fine-tunes every variant from it, evaluates, writes results, plots and checkpoin
 ablation over two seeds writes its JSON and PNG."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import torch
+from helpers.launch import accelerate_launch, run, script_env
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoProcessor
 
 from hf_longclip.training.task import saved_options
 
-REPO = Path(__file__).resolve().parents[3]
+TINY = ["--max_steps", "3", "--logging_steps", "1", "--num_train", "128", "--num_test", "32",
+        "--per_device_train_batch_size", "16", "--hidden_size", "32", "--num_layers", "1", "--num_heads", "2",
+        "--base_steps", "2"]
 
 
-def launch(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no",
-        str(REPO / "examples" / "train_himo.py"), "--max_steps", "3", "--logging_steps", "1",
-        "--num_train", "128", "--num_test", "32", "--per_device_train_batch_size", "16",
-        "--hidden_size", "32", "--num_layers", "1", "--num_heads", "2", "--base_steps", "2",
-        "--base_cache_dir", str(tmp_path / "bases"), *args,
-    ]
-    env = dict(os.environ, HF_DATASETS_CACHE=str(tmp_path / "datasets"))
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
+def launch(tmp_path, output_dir, *args: str):
+    """train_himo.py on one process, tiny, its short-caption base cached under `tmp_path` for every launch."""
+    return run(accelerate_launch("train_himo.py", output_dir, ["--num_processes", "1"], *TINY, "--base_cache_dir",
+                                 str(tmp_path / "bases"), *args), script_env(tmp_path / "datasets"), tmp_path,
+               timeout=600)
 
 
 def test_accelerate_launch_train_himo_end_to_end(tmp_path):
-    result = launch(tmp_path, "--output_dir", str(tmp_path))
+    result = launch(tmp_path, tmp_path)
     assert "himo-clip" in result.stdout and "r1_i2t" in result.stdout  # the results table
     assert "himo-clip step 1/3 {'loss'" in result.stderr  # the loop's records reach the log (info, main process)
 
@@ -52,7 +43,7 @@ def test_accelerate_launch_train_himo_end_to_end(tmp_path):
     base_weights = load_file(base / "model.safetensors")
     clip77_history = json.loads((base.parent / "eval" / "clip-77.json").read_text())["history"]
     assert [h["step"] for h in clip77_history] == [1, 2]
-    reused = launch(tmp_path, "--output_dir", str(tmp_path / "again"), "--variants", "clip-77", "--max_steps", "1",
+    reused = launch(tmp_path, tmp_path / "again", "--variants", "clip-77", "--max_steps", "1",
                     "--learning_rate", "0")  # lr 0: the fine-tuned weights are the base's
     assert "reusing the short-caption base CLIP-77" in reused.stderr
     tuned = load_file(tmp_path / "again" / "clip-77" / "model.safetensors")
@@ -73,7 +64,7 @@ def test_accelerate_launch_train_himo_end_to_end(tmp_path):
 
 
 def test_ablation_over_two_seeds_writes_its_table(tmp_path):
-    result = launch(tmp_path, "--output_dir", str(tmp_path), "--ablation", "table4", "--seeds", "0,1",
+    result = launch(tmp_path, tmp_path, "--ablation", "table4", "--seeds", "0,1",
                     "--max_steps", "1")
     assert "mean ± std over seeds [0, 1]" in result.stdout and "tau=0.85" in result.stdout
     report = json.loads((tmp_path / "table4" / "table4.json").read_text())

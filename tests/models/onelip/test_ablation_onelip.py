@@ -5,7 +5,7 @@ shared first sentences, hard pairs that differ only after token 77, ties counted
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CAPTIONS, random_images, tiny_clip
+from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
 
 from hf_longclip import OneLIPModel
 from hf_longclip.metrics.retrieval import pair_recall_at_1, recall_at_1_by_text
@@ -55,14 +55,12 @@ def test_pooled_ablation_replaces_trim_by_mean_pooled_distillation():
 
 
 def test_pooled_task_freezes_the_unused_trim_queries_and_trains():
-    from models.onelip.test_task_onelip import _processor
-
     from hf_longclip.data.collate import ImageTextCollator
 
     clip = tiny_clip()
     model = OneLIPModel.from_clip(clip)
     assert model.trim_refine.queries.requires_grad  # the model alone: TRIM's task trains them
-    task = OneLIPTask(model, ImageTextCollator(_processor()), teacher=clip, token_distillation="pooled")
+    task = OneLIPTask(model, ImageTextCollator(tiny_onelip_processor()), teacher=clip, token_distillation="pooled")
     assert not model.trim_refine.queries.requires_grad and task.options()["token_distillation"] == "pooled"
     batch = task.collate_fn([{"image": image, "caption": caption}
                              for image, caption in zip(random_images(4), CAPTIONS)])

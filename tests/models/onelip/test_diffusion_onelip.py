@@ -4,8 +4,15 @@ the conditioning; the pipeline saves and reloads with it."""
 
 import pytest
 import torch
-from conftest import tiny_clip
-from models.himo_clip.test_diffusion_himo_clip import (
+from conftest import tiny_clip, tiny_onelip_processor
+
+from hf_longclip import OneLIPModel
+from hf_longclip.diffusion import text_encoder_for_diffusion
+from hf_longclip.models.onelip import OneLIPTextModel
+
+diffusers = pytest.importorskip("diffusers")
+from diffusers import StableDiffusionPipeline  # noqa: E402
+from helpers.diffusion import (  # noqa: E402
     CLIP_POSITIONS,
     FIRST_DIFFERENCE,
     LATE_CHANGE,
@@ -15,14 +22,6 @@ from models.himo_clip.test_diffusion_himo_clip import (
     long_prompt_pipeline,
     prompt_embeds,
 )
-from models.onelip.test_task_onelip import _processor
-
-from hf_longclip import OneLIPModel
-from hf_longclip.diffusion import text_encoder_for_diffusion
-from hf_longclip.models.onelip import OneLIPTextModel
-
-diffusers = pytest.importorskip("diffusers")
-from diffusers import StableDiffusionPipeline  # noqa: E402
 
 LENGTH = 248
 
@@ -50,7 +49,7 @@ def test_the_hook_returns_the_rope_tower_copied(onelip):
 def test_prompt_embeds_are_onelips_token_states_and_late_words_change_them(pipe, onelip):
     embeds = prompt_embeds(pipe, PROMPT)
     assert embeds.shape == (1, LENGTH, WIDTH)
-    ids = _processor(LENGTH)(text=[PROMPT, LATE_CHANGE])["input_ids"]
+    ids = tiny_onelip_processor(LENGTH)(text=[PROMPT, LATE_CHANGE])["input_ids"]
     assert (ids[0] != ids[1]).nonzero().min() == FIRST_DIFFERENCE > CLIP_POSITIONS
     with torch.no_grad():
         expected = onelip.get_text_features(input_ids=ids[:1]).last_hidden_state

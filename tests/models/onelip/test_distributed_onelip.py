@@ -1,14 +1,12 @@
 """OneLIP over 2 gloo processes (DDP) gives the loss and gradients of one process on the concatenated batch: the
 contrastive term (Eq. 1) sees the gathered batch, and the per-text terms (Eq. 3, 7) average over processes."""
 
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from conftest import CAPTIONS, random_images, tiny_clip
+from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
+from helpers.launch import torchrun
 
 from hf_longclip import OneLIPModel
 from hf_longclip.data.collate import ImageTextCollator
@@ -18,10 +16,9 @@ WORLD_SIZE = 2
 
 
 def _task() -> OneLIPTask:
-    from models.onelip.test_task_onelip import _processor
-
     clip = tiny_clip()
-    return OneLIPTask(OneLIPModel.from_clip(clip), ImageTextCollator(_processor()), teacher=clip, trim_top_k=20)
+    return OneLIPTask(OneLIPModel.from_clip(clip), ImageTextCollator(tiny_onelip_processor()), teacher=clip,
+                      trim_top_k=20)
 
 
 def per_rank_step(reference_path: str) -> None:
@@ -52,11 +49,7 @@ def test_two_processes_equal_one_process_on_the_concatenated_batch(tmp_path):
     reference = tmp_path / "reference.pt"
     torch.save({"batch": batch, "loss": loss.detach(),
                 "grads": {name: p.grad.clone() for name, p in task.model.named_parameters()}}, reference)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD_SIZE),
-               "--master_port", str(29600 + os.getpid() % 1000), __file__, str(reference)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    torchrun(__file__, str(reference))
 
 
 if __name__ == "__main__":

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CAPTIONS, random_images, tiny_clip, tiny_processor
+from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor, tiny_processor
 from transformers import CLIPModel
 
-from hf_longclip import OneLIPModel, OneLIPProcessor
+from hf_longclip import OneLIPModel
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.models.onelip.hard_negatives import (
     EMPTY,
@@ -273,8 +273,7 @@ def test_queued_negatives_join_the_image_to_text_denominator():
 
 def test_the_task_needs_sample_indices_when_it_queues_negatives(random_bank, tmp_path):
     clip = tiny_clip()
-    base = tiny_processor()
-    processor = OneLIPProcessor(image_processor=base.image_processor, tokenizer=base.tokenizer, max_length=248)
+    processor = tiny_onelip_processor()
     queues = HardNegativeQueues(random_bank, tmp_path / "queues", queue_size=2)
     task = OneLIPTask(OneLIPModel.from_clip(clip), ImageTextCollator(processor), teacher=clip, hard_negatives=queues,
                       trim_top_k=20)

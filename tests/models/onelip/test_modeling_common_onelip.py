@@ -1,11 +1,11 @@
-"""transformers' common model tests and the usage tests (tests/test_modeling_common.py) for `OneLIPModel`, whose
+"""transformers' common model tests and the usage tests (tests/helpers/modeling_common.py) for `OneLIPModel`, whose
 training task (`OneLIPTask`) distils from a frozen base text encoder (the teacher)."""
 
 import unittest
 from unittest import mock
 
 import torch
-from models.himo_clip.test_modeling_common_himo_clip import UNAVAILABLE, DualEncoderCommonTests, DualEncoderUsageTests
+from helpers.modeling_common import UNAVAILABLE, DualEncoderCommonTests, DualEncoderUsageTests
 from transformers import CLIPTextModel
 from transformers.testing_utils import require_torch, torch_device
 

@@ -5,7 +5,14 @@ import math
 
 import pytest
 import torch
-from conftest import CAPTIONS, check_old_training_options_load, random_images, tiny_clip, tiny_processor
+from conftest import (
+    CAPTIONS,
+    check_old_training_options_load,
+    random_images,
+    tiny_clip,
+    tiny_onelip_processor,
+    tiny_processor,
+)
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -139,8 +146,7 @@ def test_save_and_reload_give_the_same_model(tmp_path):
     clip = tiny_clip()
     model = OneLIPModel.from_clip(clip, max_length=512).eval()
     task = OneLIPTask(model, None, teacher=clip, trim_top_k=50, trim_rank=4)
-    processor = OneLIPProcessor(image_processor=tiny_processor().image_processor,
-                                tokenizer=tiny_processor().tokenizer, max_length=512)
+    processor = tiny_onelip_processor(512)
     model.save_pretrained(tmp_path)
     processor.save_pretrained(tmp_path)
     save_options(task, tmp_path)  # TRIM's options are the task's, saved beside the checkpoint
@@ -168,7 +174,7 @@ def test_config_validation():
 ], ids=["trim_alpha", "trim_top_k", "trim_rank", "weights", "weights_after", "weight_switch_step"])
 def test_task_option_validation(bad, name):
     """TRIM's and Eq. 10's options are the task's: each bad one is a ValueError naming it (token_distillation:
-    tests/test_onelip_ablation.py)."""
+    tests/models/onelip/test_ablation_onelip.py)."""
     clip = tiny_clip()
     with pytest.raises(ValueError, match=name):
         OneLIPTask(OneLIPModel.from_clip(clip), None, teacher=clip, **bad)

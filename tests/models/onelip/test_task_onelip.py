@@ -4,11 +4,11 @@ fresh process without the library."""
 
 import torch
 import torch.nn.functional as F
-from conftest import CAPTIONS, random_images, tiny_clip, tiny_processor
+from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
 from safetensors.torch import load_file
-from export.test_remote_code import FRESH_PROCESS_PRELUDE, _load_in_fresh_process
+from helpers.fresh_process import FRESH_PROCESS_PRELUDE, load_in_fresh_process
 
-from hf_longclip import OneLIPModel, OneLIPProcessor
+from hf_longclip import OneLIPModel
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import save_model, train
@@ -16,11 +16,6 @@ from hf_longclip.training.lora import LoraArguments, apply_lora, merge_lora
 from hf_longclip.models.onelip.task import OneLIPTask
 
 TERMS = {"coarse_loss", "token_loss", "contrastive_loss"}
-
-
-def _processor(max_length: int = 248) -> OneLIPProcessor:
-    base = tiny_processor()
-    return OneLIPProcessor(image_processor=base.image_processor, tokenizer=base.tokenizer, max_length=max_length)
 
 
 def _rows() -> list[dict]:
@@ -36,7 +31,7 @@ def _args(tmp_path, steps: int = 3) -> LoopArguments:
 def test_teacher_is_untouched_unoptimised_and_unsaved(accelerator, tmp_path):
     clip = tiny_clip()
     model = OneLIPModel.from_clip(clip)
-    task = OneLIPTask(model, ImageTextCollator(_processor()), teacher=clip, trim_top_k=20)
+    task = OneLIPTask(model, ImageTextCollator(tiny_onelip_processor()), teacher=clip, trim_top_k=20)
     teacher_before = {k: v.clone() for k, v in task.teacher.state_dict().items()}
     student_before = {k: v.clone() for k, v in model.state_dict().items()}
     assert all(not p.requires_grad for p in task.teacher.parameters())
@@ -56,7 +51,7 @@ def test_teacher_is_untouched_unoptimised_and_unsaved(accelerator, tmp_path):
     for name, tensor in clip.text_model.state_dict().items():  # the caller's CLIP is not frozen nor changed
         assert torch.equal(tensor, teacher_before[name])
 
-    path = save_model(accelerator, prepared, tmp_path / "model", _processor())
+    path = save_model(accelerator, prepared, tmp_path / "model", tiny_onelip_processor())
     saved = load_file(path / "model.safetensors")
     assert set(saved) == set(model.state_dict())
     assert not any("teacher" in name for name in saved)
@@ -68,7 +63,7 @@ def test_teacher_is_untouched_unoptimised_and_unsaved(accelerator, tmp_path):
 def test_loss_weights_follow_the_task_step_and_resume_with_it():
     clip = tiny_clip()
     model = OneLIPModel.from_clip(clip).eval()
-    task = OneLIPTask(model, ImageTextCollator(_processor()), teacher=clip.text_model, weight_switch_step=2)
+    task = OneLIPTask(model, ImageTextCollator(tiny_onelip_processor()), teacher=clip.text_model, weight_switch_step=2)
     batch = task.collate_fn(_rows())
     with torch.no_grad():
         first = task.compute_loss(model, batch)
@@ -87,11 +82,11 @@ def test_lora_trains_adapters_only_and_merges(accelerator, tmp_path):
     peft_model = apply_lora(model, LoraArguments(lora_r=4, lora_modules_to_save="trim_refine"))
     trainable = [name for name, p in peft_model.named_parameters() if p.requires_grad]
     assert trainable and all(".lora_" in name or "modules_to_save" in name for name in trainable)
-    task = OneLIPTask(peft_model, ImageTextCollator(_processor()), teacher=clip, trim_top_k=20)
+    task = OneLIPTask(peft_model, ImageTextCollator(tiny_onelip_processor()), teacher=clip, trim_top_k=20)
     prepared, history = train(task, _rows(), _args(tmp_path, steps=2), accelerator)
     assert TERMS <= set(history[-1])
     trained = accelerator.unwrap_model(prepared)
-    inputs = _processor()(text=CAPTIONS, images=random_images(4))
+    inputs = tiny_onelip_processor()(text=CAPTIONS, images=random_images(4))
     with torch.no_grad():
         adapted = trained.eval()(**inputs).text_embeds
         merged = merge_lora(trained)
@@ -119,7 +114,7 @@ torch.save({"text": out.text_embeds, "image": out.image_embeds, "features": text
 def test_checkpoint_loads_without_the_library(tmp_path):
     """Remote code, offline, hf_longclip absent, a non-default T_g (512): AutoModel, AutoProcessor, the zero-shot
     pipeline."""
-    model, processor = OneLIPModel.from_clip(tiny_clip(), max_length=512).eval(), _processor(512)
+    model, processor = OneLIPModel.from_clip(tiny_clip(), max_length=512).eval(), tiny_onelip_processor(512)
     model.save_pretrained(tmp_path / "ckpt")
     processor.save_pretrained(tmp_path / "ckpt")
     captions = [" ".join(CAPTIONS * 3), *CAPTIONS[1:]]
@@ -130,7 +125,7 @@ def test_checkpoint_loads_without_the_library(tmp_path):
     with torch.no_grad():
         expected = model(**inputs)
         probabilities = model(**processor(text=captions[1:], images=images[:1])).logits_per_image.softmax(-1)[0]
-    loaded = _load_in_fresh_process(tmp_path / "ckpt", captions, tmp_path, FRESH_PROCESS_ONELIP)
+    loaded = load_in_fresh_process(tmp_path / "ckpt", captions, tmp_path, FRESH_PROCESS_ONELIP)
     assert all(module.startswith("transformers_modules.") for module in loaded["classes"])
     assert loaded["input_ids"].shape == (4, 512)
     torch.testing.assert_close(loaded["input_ids"], inputs["input_ids"])

@@ -9,15 +9,14 @@ Each launch adapts a tiny base CLIP-77 (width 32, one layer) on 64 synthetic sce
 """
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import kill_when_written
 from helpers.fake_hub import FakeHub
-from training.test_hub_push import TOKEN, hub_env
-from training.test_train_scale import CONFIGS, REPO, needs_deepspeed, run, script_env, weights
+from helpers.hub import TOKEN, hub_env
+from helpers.launch import CONFIGS, accelerate_launch, needs_deepspeed, run, script_env, weights
 from transformers import AutoModel
 
 from hf_longclip import OneLIPModel
@@ -26,7 +25,6 @@ from hf_longclip.models.himo_clip.base_clip import base_clip_task
 from hf_longclip.training.recipe import BackboneArguments
 from hf_longclip.training.task import saved_options
 
-SCRIPT = REPO / "examples" / "train_onelip.py"
 SCENES = dict(num_train=64, num_test=24, image_size=32)
 TINY = ["--num_train", "64", "--num_test", "24", "--image_size", "32", "--hidden_size", "32", "--num_layers", "1",
         "--num_heads", "2", "--logging_steps", "1", "--warmup_steps", "1", "--per_device_eval_batch_size", "32"]
@@ -37,17 +35,11 @@ TERMS = ("loss", "coarse_loss", "token_loss", "contrastive_loss")
 
 
 def launch(output_dir: Path, launch_args: list[str], *script_args: str) -> list[str]:
-    return [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
-            "--dynamo_backend", "no", *launch_args, str(SCRIPT), "--output_dir", str(output_dir), *TINY, *script_args]
+    return accelerate_launch("train_onelip.py", output_dir, launch_args, *TINY, *script_args)
 
 
 def history(output_dir: Path, variant: str = "onelip") -> list[dict]:
     return json.loads((output_dir / "results.json").read_text())["training"][variant]
-
-
-@pytest.fixture(scope="module")
-def datasets_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("datasets")
 
 
 @pytest.fixture(scope="module")
