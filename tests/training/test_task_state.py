@@ -7,11 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import kill_when_written
 from safetensors.torch import load_file
 
 SCRIPT = Path(__file__).with_name("queue_task_script.py")
+
+# Every test here launches queue_task_script.py under accelerate launch: end to end, slow.
+pytestmark = pytest.mark.slow
 
 
 def _command(output_dir: Path, *extra: str) -> list[str]:

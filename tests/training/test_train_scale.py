@@ -24,6 +24,9 @@ GLOBAL_BATCH = 16
 # losses within 1e-7 relative, weights within 6e-8).
 LOSS_RTOL, WEIGHT_ATOL = 1e-5, 1e-6
 
+# Every test here launches examples/train_himo.py under accelerate launch: end to end, slow.
+pytestmark = pytest.mark.slow
+
 
 def launch_command(output_dir: Path, launch_args: list[str], *script_args: str) -> list[str]:
     return accelerate_launch("train_himo.py", output_dir, launch_args, *TINY, *script_args)

@@ -308,6 +308,7 @@ def per_rank_check(reference_path: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow  # 2 processes under torch.distributed.run
 def test_two_gloo_processes_equal_one_process_on_the_concatenated_batch(tmp_path):
     image, text, ids, delta = grouped_batch(images=4, captions=2, seed=7)
     order = torch.randperm(8, generator=torch.Generator().manual_seed(4))

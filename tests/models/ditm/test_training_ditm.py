@@ -22,6 +22,9 @@ TINY = ["--num_train", "64", "--num_test", "24", "--image_size", "32", "--hidden
         "--base_steps", "2"]
 GLOBAL_BATCH = 8  # images; 8 steps per epoch on 64 scenes
 
+# Every test here launches examples/train_ditm.py under accelerate launch: end to end, slow.
+pytestmark = pytest.mark.slow
+
 
 def launch(output_dir: Path, launch_args: list[str], *script_args: str) -> list[str]:
     return accelerate_launch("train_ditm.py", output_dir, launch_args, *TINY, *script_args)

@@ -3,6 +3,7 @@ components, and Table 5's HiDe on both modalities)."""
 
 import sys
 
+import pytest
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
@@ -13,6 +14,9 @@ from hf_longclip.objectives import contrastive_loss
 from hf_longclip.models.himo_clip.objective import hide_components
 
 WORLD_SIZE = 2
+
+# Every test here launches 2 processes under torch.distributed.run: end to end, slow.
+pytestmark = pytest.mark.slow
 
 
 def _inputs() -> dict:

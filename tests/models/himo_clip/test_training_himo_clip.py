@@ -4,6 +4,7 @@ ablation over two seeds writes its JSON and PNG."""
 
 import json
 
+import pytest
 import torch
 from helpers.launch import accelerate_launch, run, script_env
 from safetensors.torch import load_file
@@ -14,6 +15,9 @@ from hf_longclip.training.task import saved_options
 TINY = ["--max_steps", "3", "--logging_steps", "1", "--num_train", "128", "--num_test", "32",
         "--per_device_train_batch_size", "16", "--hidden_size", "32", "--num_layers", "1", "--num_heads", "2",
         "--base_steps", "2"]
+
+# Every test here launches examples/train_himo.py under accelerate launch: end to end, slow.
+pytestmark = pytest.mark.slow
 
 
 def launch(tmp_path, output_dir, *args: str):

@@ -3,6 +3,7 @@ contrastive term (Eq. 1) sees the gathered batch, and the per-text terms (Eq. 3,
 
 import sys
 
+import pytest
 import torch
 from accelerate import Accelerator
 from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
@@ -13,6 +14,9 @@ from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.models.onelip.task import OneLIPTask
 
 WORLD_SIZE = 2
+
+# Every test here launches 2 processes under torch.distributed.run: end to end, slow.
+pytestmark = pytest.mark.slow
 
 
 def _task() -> OneLIPTask:

@@ -33,6 +33,9 @@ GLOBAL_BATCH = 8
 ADAPT = ["--variants", "onelip", "--max_steps", "8", "--checkpointing_steps", "2", "--trim_top_k", "40"]
 TERMS = ("loss", "coarse_loss", "token_loss", "contrastive_loss")
 
+# Every test here launches examples/train_onelip.py under accelerate launch: end to end, slow.
+pytestmark = pytest.mark.slow
+
 
 def launch(output_dir: Path, launch_args: list[str], *script_args: str) -> list[str]:
     return accelerate_launch("train_onelip.py", output_dir, launch_args, *TINY, *script_args)
@@ -167,7 +170,6 @@ POHNM = ["--variants", "table4-pohnm", "--table4_train", "64", "--table4_epochs"
          "--hnm_update_steps", "3", "--checkpointing_steps", "4", "--trim_top_k", "40"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("engine", "processes"), [
     pytest.param([], 1, id="one-process"),
     pytest.param(["--config_file", str(CONFIGS / "multi_gpu.yaml")], 2, id="ddp"),
