@@ -1,16 +1,35 @@
-"""Tiny models, a real CLIP tokenizer with a character vocabulary, and images: fixtures shared by the tests."""
+"""Tiny models, a real CLIP tokenizer with a character vocabulary, and images: fixtures shared by the tests; and the
+run's summary line when transformers' common model tests could not be fetched."""
 
 import string
 
 import numpy as np
 import pytest
 import torch
+from helpers.transformers_common import UNAVAILABLE_PREFIX
 from PIL import Image
 from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTokenizer
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor, OneLIPProcessor
 
 IMAGE_SIZE = 32
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Where transformers' common model tests could not be fetched (tests/helpers/transformers_common.py), each test
+    class of them skips its tests with the reason; say so once more at the end of the run, in one line: which
+    classes, how many tests, and why."""
+    skipped = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2].removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else ""
+        if reason.startswith(UNAVAILABLE_PREFIX):
+            skipped[report.nodeid] = reason
+    if skipped:
+        classes = sorted({nodeid.split("::")[1] for nodeid in skipped})
+        terminalreporter.write_sep(
+            "!", f"transformers' common model tests did not run in {len(classes)} test "
+                 f"class{'es' if len(classes) > 1 else ''} ({', '.join(classes)}; {len(skipped)} tests skipped): "
+                 + "; ".join(sorted(set(skipped.values()))), red=True, bold=True)
 
 
 def char_clip_tokenizer() -> CLIPTokenizer:

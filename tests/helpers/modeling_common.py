@@ -24,7 +24,7 @@ from transformers.testing_utils import torch_device
 
 from hf_longclip.training.task import save_options, saved_options
 
-from .transformers_common import CommonTestsUnavailable, common_tests
+from .transformers_common import UNAVAILABLE_PREFIX, CommonTestsUnavailable, common_tests
 
 try:
     modeling_common, configuration_common = common_tests()
@@ -35,7 +35,7 @@ try:
     ids_tensor = modeling_common.ids_tensor
     random_attention_mask = modeling_common.random_attention_mask
 except CommonTestsUnavailable as error:
-    UNAVAILABLE = f"transformers' common tests unavailable: {error}"
+    UNAVAILABLE = f"{UNAVAILABLE_PREFIX}: {error}"
     ModelTesterMixin, ConfigTester = type("ModelTesterMixin", (), {}), None
 
     # What transformers' helpers draw, for the tester that the usage tests still use.

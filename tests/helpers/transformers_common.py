@@ -98,6 +98,9 @@ class CommonTestsUnavailable(RuntimeError):
     """transformers' test files could not be fetched; the message says why."""
 
 
+# How the skip reason of a common test that could not run starts (tests/conftest.py counts them in one summary line).
+UNAVAILABLE_PREFIX = "transformers' common tests unavailable"
+
 
 def cache_root() -> Path:
     if os.environ.get(CACHE_ENV):
