@@ -1,16 +1,35 @@
-"""Tiny models, a real CLIP tokenizer with a character vocabulary, and images: fixtures shared by the tests."""
+"""Tiny models, a real CLIP tokenizer with a character vocabulary, and images: fixtures shared by the tests; and the
+run's summary line when transformers' common model tests could not be fetched."""
 
 import string
 
 import numpy as np
 import pytest
 import torch
+from helpers.transformers_common import UNAVAILABLE_PREFIX
 from PIL import Image
 from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTokenizer
 
-from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
+from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor, OneLIPProcessor
 
 IMAGE_SIZE = 32
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Where transformers' common model tests could not be fetched (tests/helpers/transformers_common.py), each test
+    class of them skips its tests with the reason; say so once more at the end of the run, in one line: which
+    classes, how many tests, and why."""
+    skipped = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2].removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else ""
+        if reason.startswith(UNAVAILABLE_PREFIX):
+            skipped[report.nodeid] = reason
+    if skipped:
+        classes = sorted({nodeid.split("::")[1] for nodeid in skipped})
+        terminalreporter.write_sep(
+            "!", f"transformers' common model tests did not run in {len(classes)} test "
+                 f"class{'es' if len(classes) > 1 else ''} ({', '.join(classes)}; {len(skipped)} tests skipped): "
+                 + "; ".join(sorted(set(skipped.values()))), red=True, bold=True)
 
 
 def char_clip_tokenizer() -> CLIPTokenizer:
@@ -59,6 +78,12 @@ def tiny_processor(max_length: int = 248) -> HiMoCLIPProcessor:
     return HiMoCLIPProcessor(image_processor=image_processor, tokenizer=char_clip_tokenizer(), max_length=max_length)
 
 
+def tiny_onelip_processor(max_length: int = 248) -> OneLIPProcessor:
+    """OneLIP's processor over `tiny_processor`'s image processor and character tokenizer."""
+    base = tiny_processor()
+    return OneLIPProcessor(image_processor=base.image_processor, tokenizer=base.tokenizer, max_length=max_length)
+
+
 def random_images(n: int, seed: int = 0) -> list[Image.Image]:
     rng = np.random.default_rng(seed)
     return [Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)) for _ in range(n)]
@@ -83,6 +108,12 @@ def accelerator():
     yield Accelerator(cpu=True)
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
+
+
+@pytest.fixture(scope="module")
+def datasets_cache(tmp_path_factory):
+    """A datasets cache shared by the launches of one test file (each script builds its synthetic scenes there)."""
+    return tmp_path_factory.mktemp("datasets")
 
 
 @pytest.fixture

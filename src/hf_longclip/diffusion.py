@@ -31,7 +31,7 @@ text model (weights copied, in eval mode, on the model's device and dtype) such 
   among them), so the module must have a `PreTrainedModel` name (OneLIP's modeling module re-exports it).
 
 HiMo-CLIP returns a transformers `CLIPTextModel` with its text config and weights (exactly its text outputs); OneLIP
-its RoPE `OneLIPTextModel` (tests/test_onelip_diffusion.py).
+its RoPE `OneLIPTextModel` (tests/models/onelip/test_diffusion_onelip.py).
 """
 
 from transformers import PreTrainedModel

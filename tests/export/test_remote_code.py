@@ -1,0 +1,152 @@
+"""Checkpoints load with AutoModel/AutoProcessor(trust_remote_code=True) where hf_longclip is not importable,
+offline; `modeling/` is exactly the code save_pretrained writes."""
+
+import filecmp
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CAPTIONS, tiny_himo, tiny_processor
+from helpers.fresh_process import load_in_fresh_process, save_checkpoint
+
+from hf_longclip import HiMoCLIPProcessor
+from hf_longclip.cli import main as cli_main
+from hf_longclip.data.tokenizer import train_scene_tokenizer
+from hf_longclip.export import model_bundle
+
+REPO = Path(__file__).resolve().parents[2]
+
+FRESH_PROCESS_PIPELINE = """
+import sys
+sys.modules["hf_longclip"] = None
+import torch
+from PIL import Image
+from transformers import pipeline
+checkpoint, labels, output = sys.argv[1], sys.argv[2].split("|"), sys.argv[3]
+classify = pipeline("zero-shot-image-classification", model=checkpoint, trust_remote_code=True)
+result = classify(Image.open(f"{checkpoint}/image0.png"), candidate_labels=labels, hypothesis_template="{}")
+torch.save({item["label"]: item["score"] for item in result}, output)
+"""
+
+
+def test_checkpoint_with_clip_tokenizer_loads_without_the_library(tmp_path):
+    expected = save_checkpoint(tiny_himo(), tiny_processor(), CAPTIONS, tmp_path / "ckpt")
+    loaded = load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path)
+    assert all(module.startswith("transformers_modules.") for module in loaded["classes"])
+    resaved = tmp_path / "fresh.pt.resaved"
+    for name in model_bundle("himo_clip"):
+        assert filecmp.cmp(resaved / name, REPO / "modeling" / "himo_clip" / name, shallow=False), name
+    torch.testing.assert_close(loaded["input_ids"], expected["input_ids"])
+    for key in ("text", "image", "loss"):
+        torch.testing.assert_close(loaded[key], expected[key], atol=1e-6, rtol=1e-6)
+
+
+def test_zero_shot_pipeline_by_path_without_the_library(tmp_path):
+    model, processor = tiny_himo(), tiny_processor()
+    save_checkpoint(model, processor, CAPTIONS, tmp_path / "ckpt")
+    scores = load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path, FRESH_PROCESS_PIPELINE)
+    from PIL import Image
+
+    inputs = processor(text=CAPTIONS, images=[Image.open(tmp_path / "ckpt" / "image0.png")])
+    with torch.no_grad():
+        expected = model(**inputs).logits_per_image.softmax(dim=-1)[0]
+    for caption, probability in zip(CAPTIONS, expected.tolist()):
+        assert abs(scores[caption] - probability) < 1e-5
+
+
+def test_checkpoint_with_scene_tokenizer_loads_without_the_library(tmp_path):
+    tokenizer = train_scene_tokenizer(CAPTIONS)
+    processor = HiMoCLIPProcessor(image_processor=tiny_processor().image_processor, tokenizer=tokenizer)
+    config = dict(bos_token_id=tokenizer.bos_token_id,
+                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = tiny_himo()
+    model.config.text_config.update(config)  # ids of the trained tokenizer; vocab fits the tiny model
+    assert len(tokenizer) <= model.config.text_config.vocab_size
+    model.text_model.eos_token_id = tokenizer.eos_token_id
+    expected = save_checkpoint(model, processor, CAPTIONS, tmp_path / "ckpt")
+    loaded = load_in_fresh_process(tmp_path / "ckpt", CAPTIONS, tmp_path)
+    torch.testing.assert_close(loaded["input_ids"], expected["input_ids"])
+    torch.testing.assert_close(loaded["text"], expected["text"], atol=1e-6, rtol=1e-6)
+
+
+def test_modeling_bundle_is_what_save_pretrained_writes(tmp_path):
+    tiny_himo().save_pretrained(tmp_path)
+    tiny_processor().save_pretrained(tmp_path)
+    written = sorted(p.name for p in tmp_path.glob("*.py"))
+    bundled = sorted(p.name for p in (REPO / "modeling" / "himo_clip").glob("*.py"))
+    assert written == bundled == sorted(model_bundle("himo_clip"))
+    for name in written:
+        assert filecmp.cmp(tmp_path / name, REPO / "modeling" / "himo_clip" / name, shallow=False), (
+            f"modeling/himo_clip/{name} is stale: run `hf-longclip export-code`"
+        )
+    auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
+    assert auto_map == {"AutoConfig": "configuration_himo_clip.HiMoCLIPConfig",
+                        "AutoModel": "modeling_himo_clip.HiMoCLIPModel",
+                        "AutoModelForZeroShotImageClassification": "modeling_himo_clip.HiMoCLIPModel"}
+
+
+def test_export_code_regenerates_the_bundle(tmp_path):
+    cli_main(["export-code", "--output", str(tmp_path)])
+    comparison = filecmp.dircmp(tmp_path / "himo_clip", REPO / "modeling" / "himo_clip", ignore=["__pycache__"])
+    assert not (comparison.diff_files or comparison.left_only or comparison.right_only)
+
+
+def test_bundle_files_are_generated_and_import_no_library_module():
+    bundle = model_bundle("himo_clip")
+    assert {"configuration.py", "positions.py", "dual_encoder.py", "clip_dual_encoder.py", "saving.py"} <= set(bundle)
+    # the model holds no objective: the remote code ships no loss, gather, exporter, task or card module
+    assert not {"losses.py", "molo.py", "objective.py", "code_bundle.py", "task.py", "card.py"} & set(bundle)
+    for name, text in bundle.items():
+        assert text.startswith("# Generated by `hf-longclip export-code` from hf_longclip/"), name
+        assert not re.search(r"^\s*(from|import)\s+hf_longclip", text, flags=re.MULTILINE), name
+    assert "from .clip_dual_encoder import CLIPDualEncoder" in bundle["modeling_himo_clip.py"]
+    assert "from .configuration import drop_training_options" in bundle["configuration_himo_clip.py"]
+
+
+def test_export_code_check_fails_on_a_stale_bundle(tmp_path):
+    check = [sys.executable, "-m", "hf_longclip.cli", "export-code", "--check"]
+    assert subprocess.run(check, cwd=REPO, capture_output=True).returncode == 0  # the committed bundles are fresh
+    cli_main(["export-code", "--output", str(tmp_path)])
+    stale = tmp_path / "himo_clip" / "dual_encoder.py"
+    stale.write_text(stale.read_text() + "\n# edited by hand\n")
+    (tmp_path / "himo_clip" / "leftover.py").write_text("")
+    result = subprocess.run([*check, "--output", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "stale: " + str(stale) in result.stdout and "leftover.py" in result.stdout
+
+
+def test_save_pretrained_refuses_to_push_before_writing_the_bundle(tmp_path):
+    with pytest.raises(ValueError, match="push_to_hub"):
+        tiny_himo().save_pretrained(tmp_path, push_to_hub=True)
+
+
+def test_every_model_folder_registers_its_auto_classes():
+    """`hf_longclip.models.MODEL_FOLDERS` is the one list of models: importing hf_longclip registers each folder's
+    `AUTO_CLASSES` with transformers' Auto classes, and marks each class for `save_pretrained`'s auto_map."""
+    import importlib
+
+    import transformers
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
+
+    from hf_longclip.models import MODEL_FOLDERS
+
+    assert set(MODEL_FOLDERS) == {"himo_clip", "ditm", "onelip", "cast", "fcast"}
+    for folder in MODEL_FOLDERS:
+        classes = importlib.import_module(f"hf_longclip.models.{folder}").AUTO_CLASSES
+        config_class = classes["AutoConfig"]
+        assert type(transformers.AutoConfig.for_model(config_class.model_type)) is config_class, folder
+        assert config_class._auto_class == "AutoConfig", folder
+        assert "AutoModel" in classes, folder
+        for auto_name, cls in classes.items():
+            if auto_name == "AutoProcessor":
+                assert PROCESSOR_MAPPING[config_class] is cls, folder
+            elif auto_name == "AutoImageProcessor":
+                assert IMAGE_PROCESSOR_MAPPING[config_class]["pil"] is cls, folder
+            elif auto_name != "AutoConfig":
+                assert getattr(transformers, auto_name)._model_mapping[config_class] is cls, (folder, auto_name)
+        assert classes["AutoModel"]._auto_class == "AutoModel", folder

@@ -1,0 +1,64 @@
+"""Launching from tests: the example scripts under a real `accelerate launch`, a test file's own per-rank step
+under `torch.distributed.run`, the environment they run in and the checkpoints they write."""
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import hf_longclip
+
+TESTS = Path(__file__).resolve().parents[1]
+REPO = TESTS.parent
+EXAMPLES = REPO / "examples"
+CONFIGS = EXAMPLES / "accelerate_configs"
+# Attention is invariant to the key bias, so its true gradient is 0 and AdamW turns rounding noise into lr-sized
+# steps whose sign differs between runs: not comparable.
+NOISE_ONLY = "self_attn.k_proj.bias"
+needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                                     reason="deepspeed is not installed (pip install --no-build-isolation "
+                                            "-e '.[deepspeed]')")
+
+
+def accelerate_launch(script: str, output_dir: Path, launch_args: list[str], *script_args: str) -> list[str]:
+    """The command running `examples/<script>` under `accelerate launch` (CPU, no mixed precision, no dynamo) with
+    `launch_args` (e.g. `--num_processes 2`, `--config_file`) and `--output_dir output_dir` plus `script_args`."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
+            "--dynamo_backend", "no", *launch_args, str(EXAMPLES / script), "--output_dir", str(output_dir),
+            *script_args]
+
+
+def script_env(datasets_cache: Path, **extra) -> dict:
+    return dict(os.environ, HF_DATASETS_CACHE=str(datasets_cache), OMP_NUM_THREADS="1", **extra)
+
+
+def run(command: list[str], env: dict, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run `command` to its end and fail with the tail of its output unless it succeeds."""
+    result = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
+    return result
+
+
+def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    return load_file(checkpoint / "model.safetensors")
+
+
+def torchrun(test_file: str, *args: str, world_size: int = 2) -> None:
+    """Run `test_file` as a script (its `__main__` runs the per-rank step with `args`) in `world_size` CPU processes
+    under `torch.distributed.run` (gloo), with this checkout's package and tests/ importable; fail with the tail of
+    their output unless all succeed."""
+    with socket.socket() as probe:  # a port no other run on this machine holds
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world_size),
+               "--master_port", str(port), test_file, *args]
+    source = Path(hf_longclip.__file__).resolve().parents[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(source), str(TESTS)]))
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -1,0 +1,67 @@
+"""transformers' common model tests and the usage tests (tests/helpers/modeling_common.py) for `OneLIPModel`, whose
+training task (`OneLIPTask`) distils from a frozen base text encoder (the teacher)."""
+
+import unittest
+from unittest import mock
+
+import torch
+from helpers.modeling_common import UNAVAILABLE, DualEncoderCommonTests, DualEncoderUsageTests
+from transformers import CLIPTextModel
+from transformers.testing_utils import require_torch, torch_device
+
+from hf_longclip import OneLIPConfig, OneLIPModel
+from hf_longclip.models.onelip import OneLIPTextConfig
+from hf_longclip.models.onelip.task import OneLIPTask
+
+
+class OneLIPModelWithFrozenRefine(OneLIPModel):
+    """OneLIPModel with TRIM-Refine's queries frozen at construction, which transformers' gradient-checkpointing
+    tests then skip as intentionally frozen: the queries serve the task's objective (Eq. 6-7) alone, not the model's
+    own loss (CLIP's InfoNCE), so no gradient of `forward(return_loss=True)` reaches them."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.trim_refine.requires_grad_(False)
+
+
+@require_torch
+@unittest.skipIf(UNAVAILABLE is not None, UNAVAILABLE)
+class OneLIPModelTest(DualEncoderCommonTests, unittest.TestCase):
+    all_model_classes = (OneLIPModel,)
+    config_class = OneLIPConfig
+    loss_terms = ("coarse_loss", "token_loss", "contrastive_loss")
+    task_options = dict(trim_alpha=0.3, trim_top_k=5, trim_rank=2, weights=(0.2, 0.4, 0.7), weight_switch_step=10)
+    text_config_class = OneLIPTextConfig  # RoPE, no position table
+
+    def make_task(self, model):
+        """The teacher: a CLIP text tower of the common tester's width (its last hidden states on the first
+        min(7, 77) tokens are what OneLIP distils)."""
+        text = model.config.text_config
+        teacher = CLIPTextModel(self.model_tester.text_model_tester.get_config()).to(model.device)
+        assert teacher.config.hidden_size == text.hidden_size
+        return OneLIPTask(model, None, teacher=teacher, **self.task_options)
+
+    def check_training_gradient_checkpointing(self, gradient_checkpointing_kwargs=None):
+        """transformers' check on the model's own loss, every parameter but TRIM-Refine's queries (see
+        `OneLIPModelWithFrozenRefine`); `test_task_loss_reaches_every_parameter_under_gradient_checkpointing` checks
+        the task's loss, which trains the queries."""
+        with mock.patch.object(self, "all_model_classes", (OneLIPModelWithFrozenRefine,)):
+            super().check_training_gradient_checkpointing(gradient_checkpointing_kwargs)
+
+    def test_task_loss_reaches_every_parameter_under_gradient_checkpointing(self):
+        config, inputs = self.model_tester.prepare_config_and_inputs_for_common()
+        inputs.pop("return_loss")
+        torch.manual_seed(0)
+        model = OneLIPModel(config).to(torch_device).train()
+        task = self.make_task(model)
+        model.activation_checkpointing_enable()
+        loss = sum(task.compute_loss(model, inputs).values())
+        loss.backward()
+        self.assertTrue(torch.isfinite(loss))
+        missing = [name for name, param in model.named_parameters() if param.requires_grad and param.grad is None]
+        self.assertEqual(missing, [])
+        self.assertGreater(model.trim_refine.queries.grad.abs().sum().item(), 0)
+
+
+class OneLIPUsageTest(DualEncoderUsageTests, unittest.TestCase):
+    model_class, config_class = OneLIPModel, OneLIPConfig
