@@ -42,6 +42,8 @@ FORMATS = {
 # the keys training checkpoints nest their weights under, and the prefixes wrappers add (DDP, torch.compile)
 _NESTED_KEYS = ("state_dict", "model", "module")
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+# MoCo (v3) checkpoints: the encoder is `base_encoder.`; its momentum copy and the predictor are training state
+_MOCO_ENCODER, _MOCO_TRAINING_STATE = "base_encoder.", ("momentum_encoder.", "predictor.")
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,10 @@ class SourceInfo:
     url: str
     license: str
     reported: dict[str, str] = field(default_factory=dict)
-    tolerance: str = "1e-4"  # the parity with the original code that tests/test_conversion_clip.py verifies
+    # the parity with the original code verified by the test file: tolerance (float32) and the inputs checked
+    tolerance: str = "1e-4"
+    checked: str = "texts of 10, 100 and 240 tokens and on images"
+    test_file: str = "tests/test_conversion_clip.py"
 
 
 # ---------------------------------------------------------------------------------------------- reading checkpoints
@@ -154,6 +159,12 @@ def _unwrap(checkpoint, path) -> dict[str, torch.Tensor]:
     weights = {name: value for name, value in checkpoint.items() if isinstance(value, torch.Tensor)}
     while wrapper := next((w for w in _WRAPPER_PREFIXES if all(name.startswith(w) for name in weights)), None):
         weights = {name[len(wrapper):]: value for name, value in weights.items()}
+    if any(name.startswith(_MOCO_ENCODER) for name in weights):
+        others = [name for name in weights if not name.startswith((_MOCO_ENCODER, *_MOCO_TRAINING_STATE))]
+        if others:
+            raise ValueError(f"{path}: a MoCo checkpoint (base_encoder.*) with other weights too: {others[:5]}")
+        weights = {name[len(_MOCO_ENCODER):]: value for name, value in weights.items()
+                   if name.startswith(_MOCO_ENCODER)}
     return weights
 
 
@@ -163,7 +174,8 @@ def load_original_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
     A `torch.save` pickle is read with `torch.load(weights_only=True)` (a file that needs more, e.g. a pickled
     model object or argparse namespace, is refused with the reason); a TorchScript archive (OpenAI's `.pt`) by a
     reader that only rebuilds its tensors; a `.safetensors` file directly. Weights nested under `state_dict`,
-    `model` or `module`, and DDP's `module.` prefixes, are unwrapped.
+    `model` or `module`, and DDP's `module.` prefixes, are unwrapped; of a MoCo checkpoint
+    (`module.base_encoder.`) the base encoder is kept, its momentum copy and predictor (training state) dropped.
     """
     import torch
 
@@ -242,6 +254,40 @@ def clip_tokenizer(tokenizer: str | None = None, bpe_file: str | Path | None = N
 
 # ----------------------------------------------------------------------------------------------------- converting
 
+def pop_weight(state: dict[str, torch.Tensor], key: str) -> torch.Tensor:
+    """`state[key]`, removed from `state`; a missing key is named in the error."""
+    if key not in state:
+        raise ValueError(f"the checkpoint has no {key!r}: not the layout this converter reads")
+    return state.pop(key)
+
+
+def check_consumed(state: dict[str, torch.Tensor], format_name: str) -> None:
+    """Raise if a converter left keys it did not read: a checkpoint of another layout, never silently dropped."""
+    if state:
+        raise ValueError(f"weights a {format_name} checkpoint does not have (another architecture?): "
+                         f"{sorted(state)[:10]}{' ...' if len(state) > 10 else ''}")
+
+
+def load_converted(model_class, config, state: dict, initialised: tuple[str, ...] = ()):
+    """`model_class(config)` in eval mode holding exactly `state` (every weight, nothing left out), without random
+    init; the modules under the prefixes `initialised` are not in the checkpoint (training-only parts) and keep
+    the model's initialisation instead."""
+    from contextlib import nullcontext
+
+    from transformers import initialization as init
+
+    with nullcontext() if initialised else init.no_init_weights():
+        model = model_class(config)
+    if "logit_scale" in state:
+        state = {**state, "logit_scale": state["logit_scale"].reshape(model.logit_scale.shape)}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [name for name in missing if not name.endswith("position_ids") and not name.startswith(initialised)]
+    if missing or unexpected:
+        raise ValueError(f"converted weights do not fit {model_class.__name__}: missing {missing}, "
+                         f"unexpected {unexpected}")
+    return model.eval()
+
+
 def converter(format: str) -> Callable:
     """The converter of `format` (a FORMATS key), imported on demand."""
     if format not in FORMATS:
@@ -305,8 +351,8 @@ def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False):
         f"{info.name} ({info.paper}), converted from the released weights ({info.url}) by "
         f"`hf-longclip convert {format}`: {what}. The weights are the authors'; their license applies.\n\n"
         f"Parity: features and logits of this checkpoint equal those of the original implementation on the same "
-        f"weights within {info.tolerance} (float32), on texts of 10, 100 and 240 tokens and on images (verified on "
-        "random weights saved in the released format; see hf-longclip's tests/test_conversion_clip.py).\n\n"
+        f"weights within {info.tolerance} (float32), on {info.checked} (verified on random weights saved in the "
+        f"released format; see hf-longclip's {info.test_file}).\n\n"
     )
     if reported:
         body += ("## Results reported in the paper\n\nAs reported by the authors, not measured on this conversion:"

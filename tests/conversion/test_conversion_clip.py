@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_python_offline, tiny_clip
+from conftest import run_converted_offline, tiny_clip
 
 from hf_longclip import HiMoCLIPModel
 from hf_longclip.cli import main
-from hf_longclip.conversion import clip_tokenizer, convert_checkpoint, load_original_checkpoint
+from hf_longclip.conversion import clip_tokenizer, conversion_card, convert_checkpoint, load_original_checkpoint
 from hf_longclip.models.himo_clip.task import HiMoCLIPTask
 from hf_longclip.training.optimizer import parameter_groups
 
@@ -335,20 +335,11 @@ def test_converted_checkpoint_loads_without_the_library(tmp_path):
     path, source, table, table_res = longclip_release(tmp_path)
     output = tmp_path / "converted"
     main(["convert", "himo", str(path), str(output), "--bpe-file", str(BPE_FILE)])
-    script = f"""
-import json, sys
-sys.modules["hf_longclip"] = None
-import torch
-from transformers import AutoModel, AutoProcessor
-model = AutoModel.from_pretrained({str(output)!r}, trust_remote_code=True).eval()
-processor = AutoProcessor.from_pretrained({str(output)!r}, trust_remote_code=True)
+    loaded = run_converted_offline(output, tmp_path, f"""
 inputs = processor(text=[{LONG_CAPTION * 3!r}], return_tensors="pt")
-with torch.no_grad():
-    features = model.get_text_features(**inputs).pooler_output
-print(json.dumps({{"ids": inputs["input_ids"][0].tolist(), "features": features[0].tolist(),
-                  "frozen": model.config.frozen_position_rows}}))
-"""
-    loaded = run_python_offline(script, tmp_path)
+result.update(ids=inputs["input_ids"][0].tolist(), features=model.get_text_features(**inputs).pooler_output[0].tolist(),
+              frozen=model.config.frozen_position_rows)
+""")
     ids = TOKENIZER.SimpleTokenizer(context_length=248)([LONG_CAPTION * 3]).long()
     assert loaded["ids"] == ids[0].tolist() and loaded["frozen"] == 20
     with torch.no_grad():
@@ -376,3 +367,20 @@ def test_push_to_hub_with_a_model_card(tmp_path):
         assert hub.file("org/longclip-tiny", "config.json")
     assert "license: apache-2.0" in card and "arXiv:2403.15378" in card and "within 1e-4" in card
     assert "As reported by the authors, not measured on this conversion" in card and "82.7 / 86.1" in card
+
+
+@pytest.mark.parametrize("format, license, paper, checked, reported", [
+    ("tulip", "unknown", "arXiv:2410.10034", "260 tokens", "88.1 / 86.6"),
+    ("flair", "mit", "arXiv:2412.03561", "77 tokens", "70.3 / 72.6"),
+    ("cast", "mit", "arXiv:2210.00314", "on images", None),
+])
+def test_model_card_of_tulip_flair_cast(format, license, paper, checked, reported):
+    """Each card names the source's license and paper, the parity verified (tolerance, inputs, test file) and the
+    paper's results only as reported; CAST's paper is not here, so its card quotes no results."""
+    card = str(conversion_card(format, f"org/{format}-tiny"))
+    assert f"license: {license}" in card and paper in card and "within 1e-4" in card and checked in card
+    assert f"tests/test_convert_{'cast' if format == 'cast' else 'tulip_flair'}.py" in card
+    if reported:
+        assert "As reported by the authors, not measured on this conversion" in card and reported in card
+    else:
+        assert "reported" not in card.lower()

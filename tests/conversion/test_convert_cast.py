@@ -4,15 +4,20 @@ cast_models/cast.py (`CAST.forward_features`, `build_2d_sincos_position_embeddin
 cast_models/graph_pool.py (`GraphPooling`, its `Block`, `Attention`; dgl's `farthest_point_sampler` written out in
 float64 as dgl runs it) and cast_models/utils.py (`segment_mean_nd`). timm's `Block` (pre-norm, fused qkv) is
 written out too (timm does not import beside this torch). Random tiny weights are saved as a DeiT-style checkpoint
-(`{"model": state_dict}`) and as MoCo v3's (`module.base_encoder.` keys, a projector head, the momentum encoder).
+(`{"model": state_dict}`) and as MoCo v3's (`module.base_encoder.` keys, a projector head, the momentum encoder),
+read back by `load_original_checkpoint` as `hf-longclip convert` reads them; the MoCo one also goes end to end once
+(`hf-longclip convert cast`, then AutoModel / AutoProcessor in a fresh offline process without hf_longclip).
 """
 
 import pytest
 import torch
+from conftest import run_converted_offline
 import torch.nn.functional as F
 from torch import nn
 
 from hf_longclip import CASTForImageClassification, CASTVisionModel
+from hf_longclip.cli import main
+from hf_longclip.conversion import load_original_checkpoint
 from hf_longclip.models.cast.convert_cast import convert
 
 WIDTH, HEADS, DEPTHS, CLUSTERS, SEGMENTS, IMAGE, CLASSES = 96, 12, (1, 1, 1, 1), (8, 4, 2, 1), 16, 64, 5
@@ -106,7 +111,7 @@ class Pooling(nn.Module):
 
 
 class CASTReference(nn.Module):
-    def __init__(self):
+    def __init__(self, image=IMAGE, clusters=CLUSTERS):
         super().__init__()
         stem, channels, width = [], 3, WIDTH // 8
         for index in range(4):
@@ -120,10 +125,10 @@ class CASTReference(nn.Module):
         starts = [sum(DEPTHS[:stage]) for stage in range(len(DEPTHS) + 1)]
         for stage in range(len(DEPTHS)):  # the released model's aliases of the same blocks
             setattr(self, f"blocks{stage + 1}", self.blocks[starts[stage]:starts[stage + 1]])
-            setattr(self, f"pool{stage + 1}", Pooling(CLUSTERS[stage]))
+            setattr(self, f"pool{stage + 1}", Pooling(clusters[stage]))
         self.norm = nn.LayerNorm(WIDTH, eps=1e-6)
         self.head = nn.Linear(WIDTH, CLASSES)
-        grid = IMAGE // 8  # build_2d_sincos_position_embedding, meshgrid of (w, h) in 'ij' order
+        grid = image // 8  # build_2d_sincos_position_embedding, meshgrid of (w, h) in 'ij' order
         grid_w, grid_h = torch.meshgrid(torch.arange(grid).float(), torch.arange(grid).float(), indexing="ij")
         omega = 1.0 / 10000.0 ** (torch.arange(WIDTH // 4).float() / (WIDTH // 4))
         out_w, out_h = grid_w.flatten()[:, None] * omega, grid_h.flatten()[:, None] * omega
@@ -184,7 +189,7 @@ def cast(tmp_path_factory):
     randomize(reference, seed=1)
     path = tmp_path_factory.mktemp("cast") / "best_checkpoint.pth"
     torch.save({"model": reference.state_dict(), "epoch": 99}, path)
-    state = torch.load(path, weights_only=True)["model"]
+    state = load_original_checkpoint(path)
     model, processor = convert(state, num_clusters=CLUSTERS[:-1], num_segments=SEGMENTS)
     return reference, model, processor
 
@@ -220,17 +225,21 @@ def test_cast_defaults_differ_from_the_released_details(cast):
         assert (default.eval()(images, labels).logits - reference(images, labels)[1]).abs().max() > 1e-3
 
 
-def test_moco_checkpoint_drops_training_state(cast, tmp_path):
-    reference, model, processor = cast
+def save_moco_checkpoint(reference, path):
+    """The reference's backbone saved as MoCo v3 saves its training state: the base encoder with a projector head,
+    the momentum encoder and the predictor, under `module.` (DDP)."""
     state = {f"module.base_encoder.{k}": v for k, v in reference.state_dict().items() if not k.startswith("head.")}
     state.update({"module.base_encoder.head.0.weight": torch.randn(8, WIDTH), "module.predictor.0.weight":
                   torch.randn(8, 8), "module.momentum_encoder.cls_token": torch.randn(1, 1, WIDTH)})
-    torch.save({"epoch": 100, "arch": "cast_base", "state_dict": state}, tmp_path / "checkpoint_0099.pth.tar")
-    loaded = torch.load(tmp_path / "checkpoint_0099.pth.tar", weights_only=True)["state_dict"]
-    unwrapped = {}  # what the loader's prefix handling leaves: the base encoder, and the rest with `module.` removed
-    for key, value in loaded.items():
-        unwrapped[key.removeprefix("module.base_encoder.").removeprefix("module.")] = value
-    backbone, _ = convert(unwrapped, num_clusters=CLUSTERS[:-1], num_segments=SEGMENTS)
+    torch.save({"epoch": 100, "arch": "cast_base", "state_dict": state}, path)
+    return path
+
+
+def test_moco_checkpoint_drops_training_state(cast, tmp_path):
+    reference, model, processor = cast
+    loaded = load_original_checkpoint(save_moco_checkpoint(reference, tmp_path / "checkpoint_0099.pth.tar"))
+    assert not any(key.startswith(("base_encoder.", "momentum_encoder.", "predictor.")) for key in loaded)
+    backbone, _ = convert(loaded, num_clusters=CLUSTERS[:-1], num_segments=SEGMENTS)
     assert isinstance(backbone, CASTVisionModel)
     images, labels = torch.randn(1, 3, IMAGE, IMAGE), superpixels(1, seed=5, noisy=False)
     with torch.no_grad():
@@ -245,3 +254,31 @@ def test_a_foreign_position_table_is_refused(cast):
     state["pos_embed"] = torch.randn_like(state["pos_embed"])
     with pytest.raises(ValueError, match="sin-cos"):
         convert(state, num_clusters=CLUSTERS[:-1], num_segments=SEGMENTS)
+
+
+@pytest.mark.slow
+def test_cast_converts_end_to_end_and_loads_without_the_library(tmp_path):
+    """A MoCo checkpoint at 224 px through `hf-longclip convert cast` (the released settings: 196 SLIC segments,
+    64 / 32 / 16 clusters); the output's processor and model, loaded without hf_longclip, give the released
+    forward's features on the superpixels that processor computed."""
+    from hf_longclip.models.cast.convert_cast import CAST_CLUSTERS
+
+    torch.manual_seed(10)
+    reference = CASTReference(image=224, clusters=(*CAST_CLUSTERS, 8)).eval()
+    randomize(reference, seed=11)
+    output = tmp_path / "converted"
+    main(["convert", "cast", str(save_moco_checkpoint(reference, tmp_path / "checkpoint_0099.pth.tar")), str(output)])
+    loaded = run_converted_offline(output, tmp_path, """
+y, x = np.mgrid[0:240, 0:256]  # colour ramps and stripes: SLIC finds one segment in pure noise
+inputs = processor(images=[np.stack([x, y, (x + y) % 64 * 4], axis=-1).astype(np.uint8)])
+result["pixel_values"], result["superpixels"] = inputs["pixel_values"].tolist(), inputs["superpixels"].tolist()
+result["features"] = model(**inputs).pooler_output[0].tolist()
+""")
+    assert loaded["model"] == "CASTVisionModel" and loaded["processor"] == "CASTImageProcessor"
+    superpixels = torch.tensor(loaded["superpixels"])
+    assert superpixels.shape == (1, 224, 224) and superpixels.max() > 100  # SLIC's segments (196 asked)
+    with torch.no_grad():
+        expected = reference(torch.tensor(loaded["pixel_values"]), superpixels)[0][0]
+    difference = (torch.tensor(loaded["features"]) - expected).abs().max().item()
+    print(f"CAST loaded without hf_longclip: max abs diff {difference:.2e}")
+    assert difference < 1e-4 and expected.abs().max() > 1e-2

@@ -7,7 +7,8 @@ TULIP's reference: github.com/ivonajdenkoska/tulip (TULIP's code; mderakhshani/T
 (the inference path of eval_tulip.py: `TextTransformerRoPE(context_length=248)`, plain RoPE) and
 `precompute_freqs_cis_dynamic_ntk_scaling` (its second training stage), and its `VisionTransformer` (open_clip's,
 transcribed here with torch's own `nn.MultiheadAttention`). Random tiny weights are saved as TULIP saves them
-(`{"state_dict": {"module." + key: tensor}}`) and read back with `torch.load(weights_only=True)`.
+(`{"state_dict": {"module." + key: tensor}}`) and read back by `load_original_checkpoint`, as `hf-longclip convert`
+reads them.
 
 FLAIR's reference: github.com/xiaorui638/flair, files src/flair/model.py (class `FLAIR`: `encode_image`,
 `encode_text`, `get_logits`, `get_logits_as_clip`) and src/flair/transformer.py (`PureAttentionPoolingBlock`,
@@ -15,6 +16,9 @@ FLAIR's reference: github.com/xiaorui638/flair, files src/flair/model.py (class 
 github.com/lezhang7/colxlip (src/flair/model.py at commit 21be41947f30513341bab8d32d761bd4668c2e2b,
 src/flair/transformer.py at 579d3323e55faebba433d38aaa26052d2607fc94; the index here holds no snapshot of
 xiaorui638/flair itself). FLAIR saves a plain state dict.
+
+Each format also goes end to end once: `hf-longclip convert FORMAT CHECKPOINT OUT --bpe-file ...`, then AutoModel /
+AutoProcessor (trust_remote_code) in a fresh offline process where hf_longclip is not importable.
 """
 
 import math
@@ -22,14 +26,18 @@ from collections import OrderedDict
 
 import pytest
 import torch
+from conftest import open_clip_bpe_file, run_converted_offline
 import torch.nn.functional as F
 from torch import nn
 
 from hf_longclip import OneLIPModel
+from hf_longclip.cli import main
+from hf_longclip.conversion import load_original_checkpoint
 from hf_longclip.modeling_common.positions import ntk_inverse_frequencies
 from hf_longclip.models.onelip.convert_tulip import convert
 
 VOCAB, TEXT_WIDTH, TEXT_HEADS, VISION_WIDTH, EMBED = 1000, 128, 2, 128, 64
+CLIP_VOCAB = 49408  # OpenAI's BPE vocabulary: the end-to-end tests tokenize with it
 IMAGE, PATCH = 32, 8
 
 
@@ -113,10 +121,10 @@ class TulipReference(nn.Module):
     """TULIP's CLIP after stage 2: the ViT, the RoPE student's text modules, CLIP's projection and logit scale (and
     CLIP's position table, which nothing reads)."""
 
-    def __init__(self, context_length, vision_act=QuickGELU):
+    def __init__(self, context_length, vision_act=QuickGELU, vocab=VOCAB):
         super().__init__()
         self.visual = VisionReference(vision_act)
-        self.token_embedding = nn.Embedding(VOCAB, TEXT_WIDTH)
+        self.token_embedding = nn.Embedding(vocab, TEXT_WIDTH)
         self.positional_embedding = nn.Parameter(torch.randn(77, TEXT_WIDTH))
         self.transformer = Blocks(TEXT_WIDTH, TEXT_HEADS, 2, nn.GELU)  # TextTransformerRoPE's default act_layer
         self.ln_final = nn.LayerNorm(TEXT_WIDTH)
@@ -150,11 +158,13 @@ def randomize(module: nn.Module, seed: int) -> None:
 
 
 def released_checkpoint(reference: nn.Module, tmp_path) -> dict[str, torch.Tensor]:
-    """The reference's weights saved as TULIP's training saves them, read back as the converter's caller does."""
-    path = tmp_path / "epoch_1.pt"
+    """The reference's weights saved as TULIP's training saves them, read back as `hf-longclip convert` reads them."""
+    return load_original_checkpoint(save_tulip_checkpoint(reference, tmp_path / "epoch_1.pt"))
+
+
+def save_tulip_checkpoint(reference: nn.Module, path):
     torch.save({"epoch": 1, "state_dict": {f"module.{k}": v for k, v in reference.state_dict().items()}}, path)
-    checkpoint = torch.load(path, weights_only=True)
-    return {key.removeprefix("module."): value for key, value in checkpoint["state_dict"].items()}
+    return path
 
 
 def token_ids(length: int, context_length: int, batch: int = 2, seed: int = 0) -> torch.Tensor:
@@ -273,11 +283,11 @@ class PostProcessReference(nn.Module):
 
 
 class FlairReference(nn.Module):
-    def __init__(self):
+    def __init__(self, vocab=VOCAB):
         super().__init__()
         self.visual = VisionReference(nn.GELU, proj=False)
         self.visual_proj = FlairPoolingReference(EMBED)
-        self.token_embedding = nn.Embedding(VOCAB, TEXT_WIDTH)
+        self.token_embedding = nn.Embedding(vocab, TEXT_WIDTH)
         self.positional_embedding = nn.Parameter(torch.randn(77, TEXT_WIDTH))
         self.transformer = Blocks(TEXT_WIDTH, TEXT_HEADS, 2, nn.GELU)
         self.ln_final = nn.LayerNorm(TEXT_WIDTH)
@@ -322,7 +332,7 @@ def flair(tmp_path_factory):
     randomize(reference, seed=4)
     path = tmp_path_factory.mktemp("flair") / "flair-cc3m-recap.pt"
     torch.save(reference.state_dict(), path)
-    model, processor = convert_flair(torch.load(path, weights_only=True))
+    model, processor = convert_flair(load_original_checkpoint(path))
     assert processor is None
     return reference, model
 
@@ -387,3 +397,62 @@ def test_a_tokenizer_of_another_vocabulary_is_refused(converted, tmp_path):
     reference, _ = converted
     with pytest.raises(ValueError, match="largest token id"):
         convert(released_checkpoint(reference, tmp_path), char_clip_tokenizer())
+
+
+# ------------------------------------------------------------------------------------------ end to end, fresh process
+
+LONG_CAPTION = ("a small white puppy with black ears sits on a wooden floor in front of a closed white door, "
+                "a window to its right lets in the afternoon light, and a red ball lies next to its front paws. ") * 6
+ENCODE_IN_FRESH_PROCESS = """
+inputs = processor(text=[CAPTION], images=[np.random.default_rng(0).integers(0, 256, (40, 48, 3), dtype=np.uint8)],
+                   return_tensors="pt")
+result["ids"] = inputs["input_ids"].reshape(-1).tolist()
+result["pixel_values"] = inputs["pixel_values"].tolist()
+result["text"] = model.get_text_features(input_ids=inputs["input_ids"]).pooler_output[0].tolist()
+result["image"] = model.get_image_features(pixel_values=inputs["pixel_values"]).pooler_output[0].tolist()
+"""
+
+
+def convert_and_load_offline(format: str, checkpoint, tmp_path) -> dict:
+    """`hf-longclip convert FORMAT CHECKPOINT OUT --bpe-file ...`, then the long caption and an image through the
+    output loaded in a fresh offline process without hf_longclip."""
+    output = tmp_path / "converted"
+    main(["convert", format, str(checkpoint), str(output), "--bpe-file", str(open_clip_bpe_file())])
+    return run_converted_offline(output, tmp_path, ENCODE_IN_FRESH_PROCESS.replace("CAPTION", repr(LONG_CAPTION)))
+
+
+def check_fresh_process_features(loaded, expected_text, expected_image, length, model, processor):
+    from hf_longclip.conversion import clip_tokenizer
+
+    ids = clip_tokenizer(bpe_file=open_clip_bpe_file())(LONG_CAPTION, truncation=True, max_length=length)["input_ids"]
+    assert loaded["model"] == model and loaded["processor"] == processor
+    assert len(loaded["ids"]) == length and loaded["ids"] == ids and ids[-1] == CLIP_VOCAB - 1  # end token kept
+    figures = {"text": (torch.tensor(loaded["text"]) - expected_text).abs().max().item(),
+               "image": (torch.tensor(loaded["image"]) - expected_image).abs().max().item()}
+    print(f"{model} loaded without hf_longclip:", {k: f"{v:.2e}" for k, v in figures.items()})
+    assert max(figures.values()) < 1e-4 and expected_text.abs().max() > 1e-2
+
+
+@pytest.mark.slow
+def test_tulip_converts_end_to_end_and_loads_without_the_library(tmp_path):
+    torch.manual_seed(6)
+    reference = TulipReference(context_length=248, vocab=CLIP_VOCAB).eval()
+    randomize(reference, seed=7)
+    loaded = convert_and_load_offline("tulip", save_tulip_checkpoint(reference, tmp_path / "epoch_1.pt"), tmp_path)
+    with torch.no_grad():
+        expected_text = reference.encode_text(torch.tensor([loaded["ids"]]))[0]
+        expected_image = reference.visual(torch.tensor(loaded["pixel_values"]))[0]
+    check_fresh_process_features(loaded, expected_text, expected_image, 248, "OneLIPModel", "OneLIPProcessor")
+
+
+@pytest.mark.slow
+def test_flair_converts_end_to_end_and_loads_without_the_library(tmp_path):
+    torch.manual_seed(8)
+    reference = FlairReference(vocab=CLIP_VOCAB).eval()
+    randomize(reference, seed=9)
+    torch.save(reference.state_dict(), tmp_path / "flair-cc3m-recap.pt")
+    loaded = convert_and_load_offline("flair", tmp_path / "flair-cc3m-recap.pt", tmp_path)
+    with torch.no_grad():
+        expected_text = reference.text_post(reference.encode_text(torch.tensor([loaded["ids"]])))[0]
+        expected_image = reference.image_post(reference.encode_image(torch.tensor(loaded["pixel_values"]))[0])[0]
+    check_fresh_process_features(loaded, expected_text, expected_image, 77, "FCASTModel", "FCASTProcessor")

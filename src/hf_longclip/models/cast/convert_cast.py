@@ -1,4 +1,4 @@
-"""CAST (Ke et al., CVPR 2024; github.com/twke18/CAST) checkpoints as a [`CASTVisionModel`], or a
+"""CAST (Ke et al., ICLR 2024, arXiv:2210.00314; github.com/twke18/CAST) checkpoints as a [`CASTVisionModel`], or a
 [`CASTForImageClassification`] when the checkpoint has a linear classifier (its DeiT-style supervised models).
 
 The released model (`cast_models/cast.py`, a timm `VisionTransformer` subclass) keeps its blocks twice in the state
@@ -9,16 +9,16 @@ fourth runs after the last stage's output is taken (dropped here, as F-CAST drop
 The converted configuration sets the released details ours has as options: `position_layout="blocks"`,
 `pooling_layer_norm_eps=1e-5`, `segment_pooling="cells"`.
 
-MoCo v3 training checkpoints (`checkpoint_0099.pth.tar`, `module.base_encoder.` stripped by the loader) carry the
-self-supervised projector as `head.*` (a multi-layer MLP, training state): it is dropped; a single linear `head`
-becomes the classifier.
+MoCo v3 training checkpoints (`checkpoint_0099.pth.tar`: `load_original_checkpoint` keeps the base encoder and drops
+the momentum encoder and predictor) carry the self-supervised projector as `head.*` (a multi-layer MLP, training
+state): it is dropped; a single linear `head` becomes the classifier.
 """
 
 import re
 
 import torch
 
-from hf_longclip.openclip_layout import check_consumed, pop
+from hf_longclip.conversion import SourceInfo, check_consumed, load_converted, pop_weight
 
 from .configuration_cast import STEM_STRIDE, CASTVisionConfig
 from .image_processing_cast import CASTImageProcessor
@@ -29,13 +29,22 @@ CAST_HEADS = 12  # every released CAST variant (cast_small, cast_base, their dee
 CAST_CLUSTERS = (64, 32, 16)  # num_clusters [64, 32, 16, 8] of the released variants, the last pooling unused
 CAST_SEGMENTS = 196  # superpixels of the released training and linear-probe code
 
+SOURCES = {
+    "cast": SourceInfo(
+        name="CAST", paper="Ke et al., Learning Hierarchical Image Segmentation For Recognition and By Recognition, "
+                           "ICLR 2024, arXiv:2210.00314",
+        url="https://github.com/twke18/CAST (weights: twke/CAST on the Hub)", license="mit",
+        checked="images (features, class logits and the first pooling's assignments)",
+        test_file="tests/test_convert_cast.py"),  # the paper is not in this environment: no numbers quoted
+}
+
 
 def _split_qkv(prefix: str, qkv_prefix: str, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     converted = {}
     for name in ("weight", "bias"):
-        for part, tensor in zip(("q", "k", "v"), pop(state, f"{qkv_prefix}.qkv.{name}").chunk(3)):
+        for part, tensor in zip(("q", "k", "v"), pop_weight(state, f"{qkv_prefix}.qkv.{name}").chunk(3)):
             converted[f"{prefix}.{part}_proj.{name}"] = tensor
-        converted[f"{prefix}.out_proj.{name}"] = pop(state, f"{qkv_prefix}.proj.{name}")
+        converted[f"{prefix}.out_proj.{name}"] = pop_weight(state, f"{qkv_prefix}.proj.{name}")
     return converted
 
 
@@ -43,17 +52,18 @@ def convert(
     state_dict: dict[str, torch.Tensor], tokenizer=None, *, num_heads: int = CAST_HEADS,
     num_clusters: tuple[int, ...] = CAST_CLUSTERS, num_segments: int = CAST_SEGMENTS,
 ) -> tuple[CASTVisionModel | CASTForImageClassification, CASTImageProcessor]:
-    """A CAST state dict (prefixes already removed) as our CAST model in float32 and its image processor (SLIC,
-    `num_segments` superpixels, as CAST's linear probe). `tokenizer` is unused (a vision model)."""
+    """A CAST state dict (as `load_original_checkpoint` reads it) as our CAST model in float32 and its image
+    processor (SLIC, `num_segments` superpixels, as CAST's linear probe). CAST is an image model: a `tokenizer` is
+    refused."""
+    if tokenizer is not None:
+        raise ValueError("CAST is an image model and takes no tokenizer (leave out --tokenizer / --bpe-file)")
     state = {key: value.float() if value.is_floating_point() else value for key, value in state_dict.items()}
     for key in [key for key in state if re.match(r"blocks[1-9]\.", key)]:  # stage aliases of blocks.{i}
         state.pop(key)
-    for key in [key for key in state if key.startswith(("momentum_encoder.", "predictor."))]:  # MoCo training state
-        state.pop(key)
     stages = len({match.group(1) for key in state if (match := re.match(r"pool(\d+)\.", key))})
-    cls_token = pop(state, "cls_token") + state.pop("pe_token", 0)
+    cls_token = pop_weight(state, "cls_token") + state.pop("pe_token", 0)
     hidden = cls_token.shape[-1]
-    pos_embed = pop(state, "pos_embed")[0]
+    pos_embed = pop_weight(state, "pos_embed")[0]
     grid = round(pos_embed.shape[0] ** 0.5)
     if not torch.allclose(pos_embed, sincos_2d_positions(grid, grid, hidden, layout="blocks"), atol=1e-5):
         raise ValueError("pos_embed is not CAST's fixed 2-D sin-cos table: not a CAST checkpoint this converter knows")
@@ -68,7 +78,7 @@ def convert(
         for ours, theirs in (("layer_norm1", "norm1"), ("layer_norm2", "norm2"), ("mlp.fc1", "mlp.fc1"),
                              ("mlp.fc2", "mlp.fc2")):
             for name in ("weight", "bias"):
-                layer[f"{ours}.{name}"] = pop(state, f"{block}.{theirs}.{name}")
+                layer[f"{ours}.{name}"] = pop_weight(state, f"{block}.{theirs}.{name}")
         layers.append(layer)
     stage_depths = _stage_depths(state_dict, stages)
     start = 0
@@ -85,13 +95,13 @@ def convert(
             continue
         target = f"pools.{stage}"
         converted.update(_split_qkv(f"{target}.grouping.attention", f"{source}.centroid_fc.attn", state))
-        converted[f"{target}.grouping.bias"] = pop(state, f"{source}.centroid_fc.bias")
+        converted[f"{target}.grouping.bias"] = pop_weight(state, f"{source}.centroid_fc.bias")
         for name in ("weight", "bias"):
-            converted[f"{target}.grouping.layer_norm.{name}"] = pop(state, f"{source}.centroid_fc.norm.{name}")
+            converted[f"{target}.grouping.layer_norm.{name}"] = pop_weight(state, f"{source}.centroid_fc.norm.{name}")
             for mlp in ("fc1.0", "fc1.1", "fc2.0", "fc2.1"):
-                converted[f"{target}.{mlp}.{name}"] = pop(state, f"{source}.{mlp}.{name}")
+                converted[f"{target}.{mlp}.{name}"] = pop_weight(state, f"{source}.{mlp}.{name}")
     for name in ("weight", "bias"):
-        converted[f"post_layernorm.{name}"] = pop(state, f"norm.{name}")
+        converted[f"post_layernorm.{name}"] = pop_weight(state, f"norm.{name}")
     head = {key: state.pop(key) for key in [key for key in state if key.startswith("head.")]}
     classifier = head if set(head) == {"head.weight", "head.bias"} else {}  # else MoCo's projector: dropped
     check_consumed(state, "CAST")
@@ -103,17 +113,11 @@ def convert(
         num_labels=classifier["head.weight"].shape[0] if classifier else 2,
     )
     if classifier:
-        model = CASTForImageClassification(config)
         converted = {f"cast.{key}": value for key, value in converted.items()}
         converted.update({"classifier.weight": classifier["head.weight"], "classifier.bias": classifier["head.bias"]})
-    else:
-        model = CASTVisionModel(config)
-    missing, unexpected = model.load_state_dict(converted, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"CAST conversion does not fill {type(model).__name__}: missing {missing}, unexpected "
-                         f"{unexpected}")
+    model = load_converted(CASTForImageClassification if classifier else CASTVisionModel, config, converted)
     processor = CASTImageProcessor(size=config.image_size, num_segments=num_segments, superpixel_method="slic")
-    return model.eval(), processor
+    return model, processor
 
 
 def _stage_depths(state_dict: dict[str, torch.Tensor], stages: int) -> list[int]:

@@ -12,82 +12,76 @@ level without `text_projection` (`text_post.proj`), `visual_proj` (`PureAttentio
 import torch
 from transformers import CLIPTokenizer
 
-from hf_longclip.openclip_layout import (
-    OPENCLIP_HEAD_WIDTH,
-    check_consumed,
-    clip_image_processor,
-    count_blocks,
-    pop,
-    residual_blocks,
-    special_token_ids,
-    vision_tower,
-)
+from hf_longclip.conversion import SourceInfo, check_consumed, load_converted, pop_weight
+from hf_longclip.convert_clip import check_tokenizer, clip_image_processor, float_weights, text_tower, vision_tower
 
 from .configuration_fcast import FCASTConfig
 from .modeling_fcast import FCASTModel
 from .processing_fcast import FCASTProcessor
 
 FLAIR_POOL_HEADS = 8  # PureAttentionPoolingBlock's n_head, never changed by FLAIR's model
+FLAIR_ACTIVATION = "gelu"  # open_clip's default, which FLAIR's configurations keep in both towers
+
+_FCAST_TABLE1 = "F-CAST paper, Table 1: FLAIR trained on Merged-30M"
+SOURCES = {
+    "flair": SourceInfo(
+        name="FLAIR", paper="Xiao et al., FLAIR: VLM with Fine-grained Language-informed Image Representations, "
+                            "CVPR 2025, arXiv:2412.03561",
+        url="https://huggingface.co/xiaorui638/flair (code: https://github.com/ExplainableML/flair)", license="mit",
+        checked="texts of 10 and 77 tokens (FLAIR reads 77) and on images, both the CLIP-style and the "
+                "text-conditioned logits",
+        test_file="tests/test_convert_tulip_flair.py",
+        reported={
+            f"DCI I2T/T2I R@1 ({_FCAST_TABLE1})": "61.3 / 66.2",
+            f"DOCCI I2T/T2I R@1 ({_FCAST_TABLE1})": "70.3 / 72.6",
+            f"ShareGPT4V-1k I2T/T2I R@1 ({_FCAST_TABLE1})": "98.5 / 98.0",
+            f"ShareGPT4V-10k I2T/T2I R@1 ({_FCAST_TABLE1})": "90.3 / 89.4",
+            f"Urban1k I2T/T2I R@1 ({_FCAST_TABLE1})": "83.6 / 87.7",
+            f"IIW I2T/T2I R@1 ({_FCAST_TABLE1})": "91.3 / 91.5",
+        }),
+}
 
 
 def convert(
-    state_dict: dict[str, torch.Tensor], tokenizer: CLIPTokenizer | None = None, *, text_heads: int | None = None,
-    vision_heads: int | None = None, act: str = "gelu",
+    state_dict: dict[str, torch.Tensor], tokenizer: CLIPTokenizer | None = None,
 ) -> tuple[FCASTModel, FCASTProcessor | None]:
-    """A FLAIR state dict (prefixes already removed) as an `FCASTModel` in float32, and its processor (CLIP image
-    preprocessing, a caption as one chunk of 77 tokens) when a `tokenizer` is given. `act` is both towers' activation
-    (open_clip's default GELU, as FLAIR's configurations); heads default to open_clip's width / 64."""
-    state = {key: value.float() if value.is_floating_point() else value for key, value in state_dict.items()}
+    """A FLAIR state dict (as `load_original_checkpoint` reads it) as an `FCASTModel` in float32, and its processor
+    (CLIP image preprocessing, a caption as one chunk of 77 tokens) when a `tokenizer` is given."""
+    state = float_weights(state_dict)
     vision_state, vision_config = vision_tower(state)
-    if vision_heads:
-        vision_config["num_attention_heads"] = vision_heads
-    vision_config["hidden_act"] = act
-    token_embedding = pop(state, "token_embedding.weight")
-    positions = pop(state, "positional_embedding")
-    vocab_size, width = token_embedding.shape
-    layers = count_blocks(state, "transformer.")
+    text_state, text_config = text_tower(state)
     converted = {
-        **vision_state, **residual_blocks(state, "transformer.", "text_model.encoder."),
-        "text_model.embeddings.token_embedding.weight": token_embedding,
-        "text_model.embeddings.position_embedding.weight": positions,
-        "text_projection.weight": pop(state, "text_post.proj").T.contiguous(),
-        "visual_projection.weight": pop(state, "image_post.proj").T.contiguous(),
+        **vision_state, **text_state,
+        "text_projection.weight": pop_weight(state, "text_post.proj").T,
+        "visual_projection.weight": pop_weight(state, "image_post.proj").T,
     }
     for name in ("weight", "bias"):
-        converted[f"text_model.final_layer_norm.{name}"] = pop(state, f"ln_final.{name}")
         for ours, theirs in (("query_norm", "ln_q"), ("token_norm", "ln_k"), ("value_norm", "ln_v")):
-            converted[f"grounding_pool.{ours}.{name}"] = pop(state, f"visual_proj.{theirs}.{name}")
+            converted[f"grounding_pool.{ours}.{name}"] = pop_weight(state, f"visual_proj.{theirs}.{name}")
         for part in ("in_proj_", "out_proj."):
-            converted[f"grounding_pool.attention.{part}{name}"] = pop(state, f"visual_proj.attn.{part}{name}")
-    logit_scale, logit_bias = pop(state, "logit_scale").reshape(1), pop(state, "logit_bias").reshape(1)
+            converted[f"grounding_pool.attention.{part}{name}"] = pop_weight(state, f"visual_proj.attn.{part}{name}")
+    # FLAIR's single sigmoid loss has one pair; F-CAST's part-level pair is set to the same values
+    logit_scale, logit_bias = pop_weight(state, "logit_scale").reshape(1), pop_weight(state, "logit_bias").reshape(1)
     converted.update(logit_scale=logit_scale, logit_bias=logit_bias, part_logit_scale=logit_scale.clone(),
                      part_logit_bias=logit_bias.clone())
     check_consumed(state, "FLAIR")
-    special = special_token_ids(vocab_size, tokenizer, "FLAIR")
-    projection_dim = converted["visual_projection.weight"].shape[0]
+    check_tokenizer(tokenizer, text_config, "FLAIR")
+    max_length = text_config["max_position_embeddings"]
     config = FCASTConfig(
-        vision_backbone="vit", vision_config=vision_config, attention_pooling="flair", pool_heads=FLAIR_POOL_HEADS,
-        projection_dim=projection_dim,
-        text_config=dict(
-            vocab_size=vocab_size, hidden_size=width, num_hidden_layers=layers,
-            num_attention_heads=text_heads or max(1, width // OPENCLIP_HEAD_WIDTH),
-            intermediate_size=converted["text_model.encoder.layers.0.mlp.fc1.weight"].shape[0], hidden_act=act,
-            layer_norm_eps=1e-5, max_position_embeddings=positions.shape[0], num_stage2_layers=0, num_chunks=1,
-            **special,
-        ),
+        vision_backbone="vit", vision_config=dict(vision_config, hidden_act=FLAIR_ACTIVATION),
+        attention_pooling="flair", pool_heads=FLAIR_POOL_HEADS,
+        projection_dim=converted["visual_projection.weight"].shape[0],
+        text_config=dict(text_config, hidden_act=FLAIR_ACTIVATION, num_stage2_layers=0, num_chunks=1),
         whole_logit_scale_init_value=float(logit_scale), part_logit_scale_init_value=float(logit_scale),
         whole_logit_bias_init_value=float(logit_bias), part_logit_bias_init_value=float(logit_bias),
     )
-    model = FCASTModel(config)
-    missing, unexpected = model.load_state_dict(converted, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"FLAIR conversion does not fill FCASTModel: missing {missing}, unexpected {unexpected}")
-    processor = None
-    if tokenizer is not None:
-        image_processor = clip_image_processor(vision_config["image_size"])
-        processor = FCASTProcessor(image_processor=image_processor, tokenizer=tokenizer,
-                                   max_length=positions.shape[0], num_chunks=1, needs_superpixels=False)
-    return model.eval(), processor
+    model = load_converted(FCASTModel, config, converted)
+    if tokenizer is None:
+        return model, None
+    tokenizer.model_max_length = max_length
+    image_processor = clip_image_processor(vision_config["image_size"])
+    return model, FCASTProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=max_length,
+                                 num_chunks=1, needs_superpixels=False)
 
 
 __all__ = ["FLAIR_POOL_HEADS", "convert"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from hf_longclip.conversion import SourceInfo
-from hf_longclip.convert_clip import clip_config_kwargs, clip_image_processor, clip_state_dict, load_converted
+from hf_longclip.conversion import SourceInfo, load_converted
+from hf_longclip.convert_clip import check_tokenizer, clip_image_processor, clip_state_dict
 from hf_longclip.modeling_common.positions import LONGCLIP_KEEP_POSITIONS
 
 from .configuration_himo_clip import HiMoCLIPConfig
@@ -68,14 +68,16 @@ def convert_longclip(state_dict: dict[str, torch.Tensor], tokenizer=None):
     """A Long-CLIP (or HiMo-CLIP) release into `HiMoCLIPModel` (QuickGELU, OpenAI's activation, which both keep)
     and, given a tokenizer, a `HiMoCLIPProcessor` reading 248 tokens."""
     weights = {name: value for name, value in state_dict.items() if name != "positional_embedding_res"}
-    state, sizes = clip_state_dict(weights, text_positions=fold_position_tables(state_dict))
-    config = HiMoCLIPConfig(**clip_config_kwargs(sizes, "quick_gelu"), frozen_position_rows=LONGCLIP_KEEP_POSITIONS)
-    model = load_converted(HiMoCLIPModel, config, state)
+    state, config = clip_state_dict(weights, "quick_gelu", text_positions=fold_position_tables(state_dict))
+    check_tokenizer(tokenizer, config["text_config"], "Long-CLIP")
+    model = load_converted(HiMoCLIPModel, HiMoCLIPConfig(**config, frozen_position_rows=LONGCLIP_KEEP_POSITIONS),
+                           state)
     if tokenizer is None:
         return model, None
-    tokenizer.model_max_length = sizes["text_positions"]
-    processor = HiMoCLIPProcessor(image_processor=clip_image_processor(sizes["image_size"]), tokenizer=tokenizer,
-                                  max_length=sizes["text_positions"])
+    max_length = config["text_config"]["max_position_embeddings"]
+    tokenizer.model_max_length = max_length
+    processor = HiMoCLIPProcessor(image_processor=clip_image_processor(config["vision_config"]["image_size"]),
+                                  tokenizer=tokenizer, max_length=max_length)
     return model, processor
 
 

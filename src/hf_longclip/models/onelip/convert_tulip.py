@@ -15,28 +15,40 @@ What the released code runs, and how it maps here:
   training stage. So the converted model has `rope_ntk_scaling=False`; with plain RoPE the length limit
   (`max_length`) is only the processor's and the check's: any length runs the same frequencies.
 - The text tower is built with open_clip's default activation (exact GELU); the ViT is OpenAI's (QuickGELU, the
-  activation its weights were trained with, `vision_act`).
+  activation its weights were trained with).
 """
 
 import torch
 from transformers import CLIPTokenizer
 
-from hf_longclip.openclip_layout import (
-    OPENCLIP_HEAD_WIDTH,
-    check_consumed,
-    clip_image_processor,
-    count_blocks,
-    pop,
-    residual_blocks,
-    special_token_ids,
-    vision_tower,
-)
+from hf_longclip.conversion import SourceInfo, check_consumed, load_converted, pop_weight
+from hf_longclip.convert_clip import check_tokenizer, clip_image_processor, float_weights, text_tower, vision_tower
 
 from .configuration_onelip import ONELIP_TEXT_POSITIONS, OneLIPConfig
 from .modeling_onelip import OneLIPModel
 from .processing_onelip import OneLIPProcessor
 
 CLIP_TEXT_POSITIONS = 77  # T_f: the CLIP TULIP distils from (kept for OneLIP fine-tuning: TRIM-Refine's queries)
+
+_ONELIP_TABLE1, _ONELIP_TABLE2 = "OneLIP paper, Table 1", "OneLIP paper, Table 2"
+SOURCES = {
+    "tulip": SourceInfo(
+        name="TULIP", paper="Najdenkoska et al., TULIP: Token-length Upgraded CLIP, ICLR 2025, arXiv:2410.10034",
+        url="https://github.com/ivonajdenkoska/tulip (checkpoints: mderakhshani/TULIP)",
+        license="unknown",  # the repository states none: ask the authors before redistributing
+        checked="texts of 10, 100, 240 and 260 tokens and on images",
+        test_file="tests/test_convert_tulip_flair.py",
+        reported={
+            f"ShareGPT4V-1k I2T/T2I R@1, ViT-B/16 ({_ONELIP_TABLE1})": "98.6 / 98.6",
+            f"Urban1k I2T/T2I R@1, ViT-B/16 ({_ONELIP_TABLE1})": "88.1 / 86.6",
+            f"ShareGPT4V-1k I2T/T2I R@1, ViT-L/14 ({_ONELIP_TABLE1})": "99.0 / 99.0",
+            f"Urban1k I2T/T2I R@1, ViT-L/14 ({_ONELIP_TABLE1})": "90.1 / 91.1",
+            f"COCO I2T/T2I R@1, ViT-B/16 ({_ONELIP_TABLE2})": "56.8 / 40.7",
+            f"Flickr30k I2T/T2I R@1, ViT-B/16 ({_ONELIP_TABLE2})": "46.1 / 35.2",
+            f"COCO I2T/T2I R@1, ViT-L/14 ({_ONELIP_TABLE2})": "62.6 / 46.1",
+            f"Flickr30k I2T/T2I R@1, ViT-L/14 ({_ONELIP_TABLE2})": "56.7 / 41.6",
+        }),
+}
 
 
 def interleaved_to_half_split(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -49,58 +61,39 @@ def interleaved_to_half_split(weight: torch.Tensor, num_heads: int) -> torch.Ten
 
 def convert(
     state_dict: dict[str, torch.Tensor], tokenizer: CLIPTokenizer | None = None, *,
-    max_length: int = ONELIP_TEXT_POSITIONS, text_heads: int | None = None, vision_heads: int | None = None,
-    vision_act: str = "quick_gelu",
+    max_length: int = ONELIP_TEXT_POSITIONS,
 ) -> tuple[OneLIPModel, OneLIPProcessor | None]:
-    """A TULIP state dict (prefixes already removed) as an `OneLIPModel` in float32, and its processor when a
-    `tokenizer` is given (texts of `max_length` tokens). Heads default to open_clip's width / 64."""
-    state = {key: value.float() if value.is_floating_point() else value for key, value in state_dict.items()}
+    """A TULIP state dict (as `load_original_checkpoint` reads it) as an `OneLIPModel` in float32, and its
+    processor when a `tokenizer` is given (texts of `max_length` tokens)."""
+    state = float_weights(state_dict)
     state.pop("positional_embedding", None)  # CLIP's table: TULIP's RoPE encoder does not read it
     vision_state, vision_config = vision_tower(state)
-    if vision_heads:
-        vision_config["num_attention_heads"] = vision_heads
-    vision_config["hidden_act"] = vision_act
-    visual_projection = pop(state, "visual.proj")
-    token_embedding = pop(state, "token_embedding.weight")
-    text_projection = pop(state, "text_projection")
-    vocab_size, width = token_embedding.shape
-    heads = text_heads or max(1, width // OPENCLIP_HEAD_WIDTH)
-    layers = count_blocks(state, "transformer.")
-    text_state = residual_blocks(state, "transformer.", "text_model.encoder.")
+    text_state, text_config = text_tower(state, positions=False)
     for key in list(text_state):
         if ".self_attn.q_proj." in key or ".self_attn.k_proj." in key:
-            text_state[key] = interleaved_to_half_split(text_state[key], heads)
+            text_state[key] = interleaved_to_half_split(text_state[key], text_config["num_attention_heads"])
+    text_projection = pop_weight(state, "text_projection")
     converted = {
         **vision_state, **text_state,
-        "text_model.embeddings.token_embedding.weight": token_embedding,
-        "text_model.final_layer_norm.weight": pop(state, "ln_final.weight"),
-        "text_model.final_layer_norm.bias": pop(state, "ln_final.bias"),
-        "text_projection.weight": text_projection.T.contiguous(),
-        "visual_projection.weight": visual_projection.T.contiguous(),
-        "logit_scale": pop(state, "logit_scale").reshape(1),
+        "text_projection.weight": text_projection.T,
+        "visual_projection.weight": pop_weight(state, "visual.proj").T,
+        "logit_scale": pop_weight(state, "logit_scale"),
     }
     check_consumed(state, "TULIP")
-    special = special_token_ids(vocab_size, tokenizer, "TULIP")
+    check_tokenizer(tokenizer, text_config, "TULIP")
     config = OneLIPConfig(
-        text_config=dict(
-            vocab_size=vocab_size, hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
-            intermediate_size=text_state["text_model.encoder.layers.0.mlp.fc1.weight"].shape[0], hidden_act="gelu",
-            layer_norm_eps=1e-5, max_position_embeddings=max_length, base_length=CLIP_TEXT_POSITIONS,
-            rope_ntk_scaling=False, **special,
-        ),
-        vision_config=vision_config, projection_dim=text_projection.shape[1],
+        text_config=dict(text_config, hidden_act="gelu", max_position_embeddings=max_length,
+                         base_length=CLIP_TEXT_POSITIONS, rope_ntk_scaling=False),
+        vision_config=dict(vision_config, hidden_act="quick_gelu"), projection_dim=text_projection.shape[1],
         logit_scale_init_value=float(converted["logit_scale"]),
     )
-    model = OneLIPModel(config)
-    missing, unexpected = model.load_state_dict(converted, strict=False)
-    missing = [key for key in missing if not key.startswith("trim_refine.")]  # training-only queries: initialised
-    if missing or unexpected:
-        raise ValueError(f"TULIP conversion does not fill OneLIPModel: missing {missing}, unexpected {unexpected}")
-    processor = None
-    if tokenizer is not None:
-        image_processor = clip_image_processor(vision_config["image_size"])
-        processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=max_length)
-    return model.eval(), processor
+    # TRIM-Refine's queries are OneLIP's fine-tuning state, not TULIP's: they keep OneLIP's initialisation
+    model = load_converted(OneLIPModel, config, converted, initialised=("trim_refine.",))
+    if tokenizer is None:
+        return model, None
+    tokenizer.model_max_length = max_length
+    image_processor = clip_image_processor(vision_config["image_size"])
+    return model, OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=max_length)
 
 
 __all__ = ["convert", "interleaved_to_half_split"]
