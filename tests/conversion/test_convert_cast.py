@@ -282,3 +282,19 @@ result["features"] = model(**inputs).pooler_output[0].tolist()
     difference = (torch.tensor(loaded["features"]) - expected).abs().max().item()
     print(f"CAST loaded without hf_longclip: max abs diff {difference:.2e}")
     assert difference < 1e-4 and expected.abs().max() > 1e-2
+
+
+def test_moco_checkpoint_with_other_weights_and_a_tokenizer_are_refused(cast, tmp_path):
+    """Beside MoCo's base encoder only its training state (momentum encoder, predictor) may be dropped: any other
+    weight is named in an error, never lost silently. CAST is an image model: a tokenizer is refused."""
+    from conftest import char_clip_tokenizer
+
+    reference, _, _ = cast
+    path = save_moco_checkpoint(reference, tmp_path / "checkpoint_0099.pth.tar")
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["state_dict"]["module.linear_probe.weight"] = torch.zeros(2, WIDTH)
+    torch.save(checkpoint, path)
+    with pytest.raises(ValueError, match="linear_probe.weight"):
+        load_original_checkpoint(path)
+    with pytest.raises(ValueError, match="no tokenizer"):
+        convert(dict(reference.state_dict()), char_clip_tokenizer())
