@@ -147,45 +147,6 @@ def run_python_offline(script: str, tmp_path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def open_clip_bpe_file():
-    """OpenAI's BPE file (`bpe_simple_vocab_16e6.txt.gz`) from the installed open_clip package, without importing it
-    (its `__init__` imports torchvision)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    if "open_clip" in sys.modules:  # e.g. test_conversion_clip's package placeholder, which has no spec
-        folder = sys.modules["open_clip"].__path__[0]
-    elif (spec := importlib.util.find_spec("open_clip")) is not None:
-        folder = spec.submodule_search_locations[0]
-    else:
-        raise RuntimeError("the conversion tests need open_clip: pip install --no-deps open_clip_torch==3.3.0 ftfy")
-    return Path(folder) / "bpe_simple_vocab_16e6.txt.gz"
-
-
-def run_converted_offline(output_dir, tmp_path, body: str) -> dict:
-    """Load the converted checkpoint `output_dir` with AutoModel and AutoProcessor (`trust_remote_code=True`) in a
-    fresh offline process where hf_longclip is not importable, run `body` there under `torch.no_grad()` (it sees
-    `model`, `processor`, `np`, `torch` and fills the dict `result`) and return `result`, which also names the
-    loaded classes."""
-    import textwrap
-
-    script = f"""
-import json, sys
-sys.modules["hf_longclip"] = None
-import numpy as np
-import torch
-from transformers import AutoModel, AutoProcessor
-model = AutoModel.from_pretrained({str(output_dir)!r}, trust_remote_code=True).eval()
-processor = AutoProcessor.from_pretrained({str(output_dir)!r}, trust_remote_code=True)
-result = {{"model": type(model).__name__, "processor": type(processor).__name__}}
-with torch.no_grad():
-{textwrap.indent(body.strip(), "    ")}
-print(json.dumps(result))
-"""
-    return run_python_offline(script, tmp_path)
-
-
 @pytest.fixture
 def isolated_modules_cache(tmp_path, monkeypatch):
     """Point evaluate's dynamic-modules cache (and the import path it extends) at a temporary directory, with the

@@ -59,7 +59,7 @@ class SourceInfo:
     # the parity with the original code verified by the test file: tolerance (float32) and the inputs checked
     tolerance: str = "1e-4"
     checked: str = "texts of 10, 100 and 240 tokens and on images"
-    test_file: str = "tests/test_conversion_clip.py"
+    test_file: str = "tests/conversion/test_conversion_clip.py"
 
 
 # ---------------------------------------------------------------------------------------------- reading checkpoints

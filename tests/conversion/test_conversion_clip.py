@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_converted_offline, tiny_clip
+from conftest import tiny_clip
+from helpers.conversion import run_converted_offline
 
 from hf_longclip import HiMoCLIPModel
 from hf_longclip.cli import main
@@ -379,7 +380,7 @@ def test_model_card_of_tulip_flair_cast(format, license, paper, checked, reporte
     paper's results only as reported; CAST's paper is not here, so its card quotes no results."""
     card = str(conversion_card(format, f"org/{format}-tiny"))
     assert f"license: {license}" in card and paper in card and "within 1e-4" in card and checked in card
-    assert f"tests/test_convert_{'cast' if format == 'cast' else 'tulip_flair'}.py" in card
+    assert f"tests/conversion/test_convert_{'cast' if format == 'cast' else 'tulip_flair'}.py" in card
     if reported:
         assert "As reported by the authors, not measured on this conversion" in card and reported in card
     else:

@@ -11,8 +11,8 @@ read back by `load_original_checkpoint` as `hf-longclip convert` reads them; the
 
 import pytest
 import torch
-from conftest import run_converted_offline
 import torch.nn.functional as F
+from helpers.conversion import run_converted_offline
 from torch import nn
 
 from hf_longclip import CASTForImageClassification, CASTVisionModel

@@ -26,8 +26,8 @@ from collections import OrderedDict
 
 import pytest
 import torch
-from conftest import open_clip_bpe_file, run_converted_offline
 import torch.nn.functional as F
+from helpers.conversion import open_clip_bpe_file, run_converted_offline
 from torch import nn
 
 from hf_longclip import OneLIPModel

@@ -35,7 +35,7 @@ SOURCES = {
                            "ICLR 2024, arXiv:2210.00314",
         url="https://github.com/twke18/CAST (weights: twke/CAST on the Hub)", license="mit",
         checked="images (features, class logits and the first pooling's assignments)",
-        test_file="tests/test_convert_cast.py"),  # the paper is not in this environment: no numbers quoted
+        test_file="tests/conversion/test_convert_cast.py"),  # the paper is not in this environment: no numbers quoted
 }
 
 

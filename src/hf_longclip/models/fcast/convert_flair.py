@@ -30,7 +30,7 @@ SOURCES = {
         url="https://huggingface.co/xiaorui638/flair (code: https://github.com/ExplainableML/flair)", license="mit",
         checked="texts of 10 and 77 tokens (FLAIR reads 77) and on images, both the CLIP-style and the "
                 "text-conditioned logits",
-        test_file="tests/test_convert_tulip_flair.py",
+        test_file="tests/conversion/test_convert_tulip_flair.py",
         reported={
             f"DCI I2T/T2I R@1 ({_FCAST_TABLE1})": "61.3 / 66.2",
             f"DOCCI I2T/T2I R@1 ({_FCAST_TABLE1})": "70.3 / 72.6",

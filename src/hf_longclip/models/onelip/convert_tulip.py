@@ -37,7 +37,7 @@ SOURCES = {
         url="https://github.com/ivonajdenkoska/tulip (checkpoints: mderakhshani/TULIP)",
         license="unknown",  # the repository states none: ask the authors before redistributing
         checked="texts of 10, 100, 240 and 260 tokens and on images",
-        test_file="tests/test_convert_tulip_flair.py",
+        test_file="tests/conversion/test_convert_tulip_flair.py",
         reported={
             f"ShareGPT4V-1k I2T/T2I R@1, ViT-B/16 ({_ONELIP_TABLE1})": "98.6 / 98.6",
             f"Urban1k I2T/T2I R@1, ViT-B/16 ({_ONELIP_TABLE1})": "88.1 / 86.6",
