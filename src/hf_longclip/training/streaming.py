@@ -26,7 +26,7 @@ class StreamedBatches:
         rank, world = accelerator.process_index, accelerator.num_processes
         self.stream = ShardStream(urls, rank, world, seed=args.seed, buffer_size=args.shuffle_buffer)
         self.loader = StatefulDataLoader(
-            self.stream, batch_size=args.per_device_train_batch_size, num_workers=args.dataloader_num_workers,
+            self.stream, batch_size=args.process_batch_size, num_workers=args.dataloader_num_workers,
             collate_fn=_CountingCollator(collate_fn), drop_last=True,
             generator=torch.Generator().manual_seed(args.seed),  # worker seeds: not drawn from the training RNG
         )
@@ -34,10 +34,10 @@ class StreamedBatches:
         # smallest share it can get is the sum of the smallest shards
         smallest = sum(sorted(shard_sample_counts(urls))[: len(urls) // world])
         workers = max(1, args.dataloader_num_workers)  # each drops its last partial batch
-        self.estimated_batches = smallest // args.per_device_train_batch_size - (workers - 1)
+        self.estimated_batches = smallest // args.process_batch_size - (workers - 1)
         if self.estimated_batches < 1:
             raise ValueError(f"{smallest} samples in the smallest process's shards make no full batch of "
-                             f"{args.per_device_train_batch_size} per worker ({workers} workers)")
+                             f"{args.process_batch_size} per worker ({workers} workers)")
         self.accelerator, self.corrupt_samples = accelerator, 0
 
     def __len__(self) -> int:
