@@ -94,6 +94,7 @@ def cached_backward(task: Task, model: torch.nn.Module, batch: dict, chunk_size:
     with torch.enable_grad():
         terms = task.loss(model, {**whole, **leaves}, batch)
         gradients = torch.autograd.grad(sum_of_terms(terms), [*leaves.values(), *direct], allow_unused=True)
+    terms = {name: term.detach() for name, term in terms.items()}  # the loss's graph goes now, not after pass 2
     cached = dict(zip(leaves, gradients[: len(leaves)]))
     direct_terms = [(param, grad) for param, grad in zip(direct, gradients[len(leaves):]) if grad is not None]
     per_chunk = {key: grad.split([len(outputs[key]) for outputs in encoded]) for key, grad in cached.items()
@@ -116,4 +117,4 @@ def cached_backward(task: Task, model: torch.nn.Module, batch: dict, chunk_size:
     with torch.no_grad():
         for buffer, value in zip(_batch_norm_buffers(model), statistics):
             buffer.copy_(value)
-    return {name: term.detach() for name, term in terms.items()}
+    return terms

@@ -1,5 +1,6 @@
 """The one Accelerate training loop the example scripts share: single process, DDP or DeepSpeed ZeRO-2/3, with
-gradient accumulation, checkpointing, mixed precision, periodic validation, trackers and exact resume. Its flags are
+gradient accumulation, gradient caching (`gradient_cache`), checkpointing, mixed precision, periodic validation,
+trackers and exact resume. Its flags are
 `arguments.LoopArguments`; AdamW's parameter groups come from `optimizer`, batches streamed from shards from
 `streaming`."""
 
@@ -187,7 +188,9 @@ def train(
     loss every `eval_steps`). Checkpoints go to `<output_dir>/checkpoints/<run_name>/`;
     `args.resume_from_checkpoint` continues from there exactly: same weights, optimizer, schedule, RNG states,
     data order and task state as a run that was never interrupted. With `args.train_shards` the training data is
-    streamed from those shards (`StreamedBatches`) and `train_dataset` is not used.
+    streamed from those shards (`StreamedBatches`) and `train_dataset` is not used. With
+    `args.contrastive_batch_size` each batch holds that many samples per process and its gradient is computed in
+    chunks of `args.per_device_train_batch_size` (`gradient_cache.cached_backward`).
     """
     if args.contrastive_batch_size and getattr(accelerator.state.deepspeed_plugin, "zero_stage", None) == 3:
         raise ValueError("gradient caching (--contrastive_batch_size) runs on one process, DDP or DeepSpeed ZeRO-1/2, "
