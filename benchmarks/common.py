@@ -27,9 +27,11 @@ def random_batch(batch_size: int, text_length: int, vocab_size: int = 200, image
     return {"input_ids": ids, "pixel_values": torch.randn(batch_size, 3, image_size, image_size, generator=generator)}
 
 
-def compare(candidates: dict[str, Callable[[], None]], repeats: int, warmup: int = 2) -> dict[str, float]:
+def compare(candidates: dict[str, Callable[[], None]], repeats: int, warmup: int = 2,
+            clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Median seconds per call of each candidate, run interleaved (order flipped every round) so that drifts in
-    machine load and allocator state hit all alike."""
+    machine load and allocator state hit all alike; `clock`: `time.process_time` counts the process's CPU seconds
+    (all its threads), which other jobs on a shared machine do not inflate."""
     for fn in candidates.values():
         for _ in range(warmup):
             fn()
@@ -37,7 +39,7 @@ def compare(candidates: dict[str, Callable[[], None]], repeats: int, warmup: int
     for round_index in range(repeats):
         order = list(candidates.items())
         for name, fn in order if round_index % 2 == 0 else reversed(order):
-            start = time.perf_counter()
+            start = clock()
             fn()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(clock() - start)
     return {name: statistics.median(values) for name, values in times.items()}

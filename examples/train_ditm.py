@@ -173,7 +173,7 @@ def main() -> None:
         raise SystemExit("--ditm_warmup_epochs needs one process or DDP: DeepSpeed's optimizer still steps the frozen "
                          "vision parameters (zero gradients advance their Adam moments, weight decay applies); "
                          "pass --ditm_warmup_epochs 0 under DeepSpeed")
-    images_per_step = (loop_args.per_device_train_batch_size * accelerator.num_processes
+    images_per_step = (loop_args.process_batch_size * accelerator.num_processes
                        * loop_args.gradient_accumulation_steps)
     warmup_steps = int(script_args.ditm_warmup_epochs * len(dataset["train"]) / images_per_step)
     run_over_seeds(accelerator, loop_args, hub_args,

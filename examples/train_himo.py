@@ -18,7 +18,7 @@ steps and optimiser) with its own objective:
   table5  L_global; L_comp alone; L_global + L_comp^{u,v} (HiDe on both modalities); L_global + L_comp
   table4  HiDe threshold tau in 0.8, 0.85, 0.9, 0.95 (with m, the mean number of components kept)
   table6  MoLo weight lambda in 0.5, 1, 2
-  table8  global batch size in half, 1x and 2x --per_device_train_batch_size (same epochs)
+  table8  global batch size in half, 1x and 2x the batch per process (same epochs)
 Evaluation on the test scenes: R@1 both ways, HiMo@2/3/K, SSI (distractor appended; lower is more stable).
 
 Writes `<output_dir>/<variant>/` checkpoints (loadable with AutoModel/AutoProcessor and trust_remote_code=True),
@@ -115,7 +115,7 @@ def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArgum
     """One seed's run: the base (built or reused), every row fine-tuned from it and evaluated, plots, results."""
     rows = args.rows()
     batch_size = loop_args.per_device_eval_batch_size
-    global_batch = loop_args.per_device_train_batch_size * accelerator.num_processes
+    global_batch = loop_args.process_batch_size * accelerator.num_processes
 
     def evaluate(model, processor):
         return evaluate_long_captions(model, processor, dataset["test"], batch_size,
@@ -131,7 +131,13 @@ def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArgum
                                           evaluate)
     for factor in dict.fromkeys(options.get("batch_factor", 1.0) for _, options in rows.values()):
         chosen = [row for row, (_, options) in rows.items() if options.get("batch_factor", 1.0) == factor]
-        row_args = replace(loop_args, per_device_train_batch_size=round(loop_args.per_device_train_batch_size * factor))
+        if loop_args.contrastive_batch_size:  # the contrastive batch scales, chunks as they were (or smaller)
+            batch = round(loop_args.contrastive_batch_size * factor)
+            row_args = replace(loop_args, contrastive_batch_size=batch,
+                               per_device_train_batch_size=min(loop_args.per_device_train_batch_size, batch))
+        else:
+            row_args = replace(loop_args,
+                               per_device_train_batch_size=round(loop_args.per_device_train_batch_size * factor))
         trained, trained_histories = train_variants(
             accelerator, chosen, lambda row: build(args, backbone, dataset, *rows[row], loop_args.seed), evaluate,
             dataset, row_args, lora_args,

@@ -127,7 +127,7 @@ def optimizer_steps(loop_args: LoopArguments, num_samples: int, num_processes: i
     """How many optimizer steps the loop will take (its `max_steps`, else its epochs of full global batches)."""
     if loop_args.max_steps > 0:
         return loop_args.max_steps
-    batches = num_samples // (loop_args.per_device_train_batch_size * num_processes)
+    batches = num_samples // (loop_args.process_batch_size * num_processes)
     return math.ceil(loop_args.num_train_epochs * math.ceil(batches / loop_args.gradient_accumulation_steps))
 
 

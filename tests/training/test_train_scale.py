@@ -70,12 +70,14 @@ def test_two_processes_follow_the_single_process_loss_curve(engine, single_proce
         json.loads((single_process / "results.json").read_text())["results"]["himo-clip"]["r1_i2t"])
 
 
-@pytest.mark.parametrize("processes", [1, 2], ids=["single", "ddp"])
-def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(processes, datasets_cache, tmp_path):
+@pytest.mark.parametrize("processes, chunk", [(1, None), (2, None), (1, 4)], ids=["single", "ddp", "gradient_cache"])
+def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(processes, chunk, datasets_cache, tmp_path):
     engine = ["--num_processes", "1"] if processes == 1 else ["--config_file", str(CONFIGS / "multi_gpu.yaml"),
                                                                "--num_processes", "2"]
     steps = ["--max_steps", "60", "--checkpointing_steps", "10", "--save_total_limit", "2",
              "--per_device_train_batch_size", str(GLOBAL_BATCH // processes), "--eval_steps", "20"]
+    if chunk:  # gradient caching: the same batches, encoded `chunk` samples at a time
+        steps += ["--contrastive_batch_size", str(GLOBAL_BATCH), "--per_device_train_batch_size", str(chunk)]
     uninterrupted = tmp_path / "uninterrupted"
     run(launch_command(uninterrupted, engine, *steps), script_env(datasets_cache), tmp_path)
 

@@ -27,6 +27,11 @@ class LoopArguments:
     gradient_accumulation_steps: int = field(default=1, metadata={
         "help": "optimizer step every N micro-batches. The contrastive loss still sees one micro-batch of "
                 "negatives per process: this saves memory, it does not enlarge the contrastive batch"})
+    contrastive_batch_size: int = field(default=0, metadata={
+        "help": "gradient caching (GradCache): each process's loss sees a batch of N samples (N x processes "
+                "globally), encoded in chunks of --per_device_train_batch_size, with the gradient of the whole "
+                "batch; memory grows with the chunk, time by one more forward pass. 0: off (the batch is "
+                "--per_device_train_batch_size). See docs/gradient_caching.md"})
     learning_rate: float = field(default=5e-4, metadata={"help": "peak AdamW learning rate, reached after the "
                                                                  "warmup, then cosine decay to 0"})
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay of matrices (not of biases, norms, "
@@ -79,9 +84,18 @@ class LoopArguments:
         for name in ("logging_steps", "per_device_train_batch_size", "per_device_eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.contrastive_batch_size != 0 and self.contrastive_batch_size < self.per_device_train_batch_size:
+            raise ValueError(f"contrastive_batch_size must be 0 (off) or at least per_device_train_batch_size "
+                             f"({self.per_device_train_batch_size}), its chunk; got {self.contrastive_batch_size}")
         self.seed_list()  # malformed seed lists fail here
         parse_lr_multipliers(self.lr_multipliers)  # malformed specs fail here, unmatched prefixes at train
         check_layer_decay(self.layer_decay)
+
+    @property
+    def process_batch_size(self) -> int:
+        """The samples of one process's loss (one micro-batch): --contrastive_batch_size if set, else
+        --per_device_train_batch_size."""
+        return self.contrastive_batch_size or self.per_device_train_batch_size
 
     def seed_list(self) -> list[int]:
         """The seeds of `--seeds`, distinct, in order; [] without it."""

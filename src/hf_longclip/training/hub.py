@@ -113,6 +113,9 @@ def _setup_rows(config: dict, training_args: dict, base_model: str | None, datas
         rows.append(("epochs", training_args["num_train_epochs"]))
     if "per_device_train_batch_size" in training_args:
         batch = f"{training_args['per_device_train_batch_size']} per device"
+        if training_args.get("contrastive_batch_size"):
+            batch = f"{training_args['contrastive_batch_size']} per device (gradient caching, chunks of " \
+                    f"{training_args['per_device_train_batch_size']})"
         if training_args.get("gradient_accumulation_steps", 1) > 1:
             batch += f" x {training_args['gradient_accumulation_steps']} accumulation steps"
         rows.append(("batch", batch))

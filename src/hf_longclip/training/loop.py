@@ -1,5 +1,6 @@
 """The one Accelerate training loop the example scripts share: single process, DDP or DeepSpeed ZeRO-2/3, with
-gradient accumulation, checkpointing, mixed precision, periodic validation, trackers and exact resume. Its flags are
+gradient accumulation, gradient caching (`gradient_cache`), checkpointing, mixed precision, periodic validation,
+trackers and exact resume. Its flags are
 `arguments.LoopArguments`; AdamW's parameter groups come from `optimizer`, batches streamed from shards from
 `streaming`."""
 
@@ -40,6 +41,7 @@ from .checkpoint import (
     save_checkpoint,
     write_atomic_directory,
 )
+from .gradient_cache import cached_backward
 from .optimizer import parameter_groups
 from .streaming import StreamedBatches
 from .task import Task, sum_of_terms
@@ -186,8 +188,13 @@ def train(
     loss every `eval_steps`). Checkpoints go to `<output_dir>/checkpoints/<run_name>/`;
     `args.resume_from_checkpoint` continues from there exactly: same weights, optimizer, schedule, RNG states,
     data order and task state as a run that was never interrupted. With `args.train_shards` the training data is
-    streamed from those shards (`StreamedBatches`) and `train_dataset` is not used.
+    streamed from those shards (`StreamedBatches`) and `train_dataset` is not used. With
+    `args.contrastive_batch_size` each batch holds that many samples per process and its gradient is computed in
+    chunks of `args.per_device_train_batch_size` (`gradient_cache.cached_backward`).
     """
+    if args.contrastive_batch_size and getattr(accelerator.state.deepspeed_plugin, "zero_stage", None) == 3:
+        raise ValueError("gradient caching (--contrastive_batch_size) runs on one process, DDP or DeepSpeed ZeRO-1/2, "
+                         "not ZeRO-3 (its objective uses parameters outside the forward)")
     set_seed(args.seed)
     model = task.model
     if args.gradient_checkpointing:
@@ -200,12 +207,12 @@ def train(
         loader = StreamedBatches(args, task.collate_fn, accelerator)
         if accelerator.distributed_type == DistributedType.DEEPSPEED:  # no loader for accelerate to read it from
             accelerator.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = \
-                args.per_device_train_batch_size
+                args.process_batch_size
         model, optimizer = accelerator.prepare(model, optimizer)
     else:
         loader = DataLoader(
             train_dataset,
-            batch_size=args.per_device_train_batch_size,
+            batch_size=args.process_batch_size,
             sampler=EpochShuffleSampler(len(train_dataset), args.seed),
             drop_last=True,  # the contrastive gather needs equal batches on every process
             collate_fn=task.collate_fn,
@@ -215,7 +222,7 @@ def train(
         if len(loader) == 0:
             raise ValueError(
                 f"{len(train_dataset)} training samples make no full batch of "
-                f"{args.per_device_train_batch_size} x {accelerator.num_processes} processes"
+                f"{args.process_batch_size} x {accelerator.num_processes} processes"
             )
     steps_per_epoch = math.ceil(len(loader) / args.gradient_accumulation_steps)
     total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
@@ -258,10 +265,14 @@ def train(
             batches.set_epoch(epoch)  # accelerate's loaders hand their own epoch count to the sampler at each pass
         for batch in batches:
             with accelerator.accumulate(model):
-                terms = task.compute_loss(model, batch)
-                loss = sum_of_terms(terms)
+                if args.contrastive_batch_size:
+                    terms = cached_backward(task, model, batch, args.per_device_train_batch_size, accelerator)
+                    loss = sum_of_terms(terms)
+                else:
+                    terms = task.compute_loss(model, batch)
+                    loss = sum_of_terms(terms)
+                    accelerator.backward(loss)
                 window.add(loss, terms)
-                accelerator.backward(loss)
                 if accelerator.sync_gradients and args.max_grad_norm > 0:
                     accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
                 optimizer.step()

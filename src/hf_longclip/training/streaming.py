@@ -27,7 +27,7 @@ class StreamedBatches:
         self.stream = ShardStream(urls, rank, world, seed=args.seed, buffer_size=args.shuffle_buffer,
                                   checksum=args.verify_shards)  # verified against the manifest first
         self.loader = StatefulDataLoader(
-            self.stream, batch_size=args.per_device_train_batch_size, num_workers=args.dataloader_num_workers,
+            self.stream, batch_size=args.process_batch_size, num_workers=args.dataloader_num_workers,
             collate_fn=_CountingCollator(collate_fn), drop_last=True,
             generator=torch.Generator().manual_seed(args.seed),  # worker seeds: not drawn from the training RNG
         )
@@ -35,10 +35,10 @@ class StreamedBatches:
         # smallest share it can get is the sum of the smallest shards
         smallest = sum(sorted(self.stream.sample_counts)[: len(urls) // world])
         workers = max(1, args.dataloader_num_workers)  # each drops its last partial batch
-        self.estimated_batches = smallest // args.per_device_train_batch_size - (workers - 1)
+        self.estimated_batches = smallest // args.process_batch_size - (workers - 1)
         if self.estimated_batches < 1:
             raise ValueError(f"{smallest} samples in the smallest process's shards make no full batch of "
-                             f"{args.per_device_train_batch_size} per worker ({workers} workers)")
+                             f"{args.process_batch_size} per worker ({workers} workers)")
         self.accelerator, self.corrupt_samples = accelerator, 0
 
     def __len__(self) -> int:

@@ -10,7 +10,12 @@ queues) belongs to the task, in open_clip's style:
 
 Each model's own task lives in its folder (`hf_longclip.models.<arch>.task`). The loop calls, on every process:
 - `compute_loss(model, batch) -> {term: tensor}`: the objective's named terms (their sum is what is
-  back-propagated; each term is logged on its own);
+  back-propagated; each term is logged on its own). It is `loss(model, encode(model, batch), batch)`:
+  `encode(model, batch) -> {name: tensor}` runs the model (and whatever else sees one sample at a time, such as a
+  frozen teacher) and returns per-sample tensors (one row per sample, concatenable across chunks of the batch) and
+  the `shared_outputs` (the logit scale: the same for every chunk); `loss` applies the objective to them and to the
+  batch. Gradient caching (`--contrastive_batch_size`, `hf_longclip.training.gradient_cache`) encodes the chunks of
+  `split_batch(batch, size)` and runs `loss` once on the whole batch;
 - `after_optimizer_step(model, accelerator) -> {name: number or scalar tensor}`: updates after each optimizer step
   (clamping the logit scale, updating memory queues), returning values to log (read on the host at logging steps
   only);
@@ -83,8 +88,33 @@ class Task:
     def options(self) -> dict:
         return {}
 
+    #: names of `encode`'s outputs that do not depend on the samples (a logit scale): not concatenated across chunks
+    shared_outputs: tuple[str, ...] = ()
+
     def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
+        return self.loss(model, self.encode(model, batch), batch)
+
+    def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor | None]:
+        """What the loss needs from the model for the samples of `batch`: per-sample tensors (first dimension: the
+        batch's rows) and `shared_outputs`."""
+        raise NotImplementedError(f"{type(self).__name__} defines no `encode` and `loss`: gradient caching "
+                                  f"(--contrastive_batch_size) needs both")
+
+    def loss(self, model: torch.nn.Module, encoded: dict, batch: dict) -> dict[str, torch.Tensor]:
+        """The objective's named terms over `encode`'s outputs for the whole `batch`."""
+        raise NotImplementedError(f"{type(self).__name__} defines no `encode` and `loss`: gradient caching "
+                                  f"(--contrastive_batch_size) needs both")
+
+    def split_batch(self, batch: dict, size: int) -> list[dict]:
+        """`batch` cut into consecutive chunks of `size` samples (the last may be smaller): every tensor is cut
+        along its first dimension, which must hold one row per sample; other values go to every chunk as they
+        are. Tasks whose batches hold several rows of one tensor per sample override it."""
+        rows = {key: len(value) for key, value in batch.items() if isinstance(value, torch.Tensor)}
+        if len(set(rows.values())) != 1:
+            raise ValueError(f"{type(self).__name__} cannot cut a batch whose tensors have different numbers of rows "
+                             f"({rows}) into chunks: override split_batch")
+        return [{key: value[start:start + size] if key in rows else value for key, value in batch.items()}
+                for start in range(0, next(iter(rows.values())), size)]
 
     def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float | torch.Tensor]:
         return {}
@@ -108,9 +138,15 @@ class ContrastiveTask(Task):
     `objective(image_embeds, text_embeds, logit_scale)` (e.g. `hf_longclip.objectives.ClipLoss`); the logit scale
     is clamped to [0, ln 100] after every optimizer step, as CLIP does."""
 
-    def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+    shared_outputs = ("logit_scale",)
+
+    def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
         outputs = model(**batch)
-        return self.objective(outputs.image_embeds, outputs.text_embeds, outputs.logit_scale)
+        return {"image_embeds": outputs.image_embeds, "text_embeds": outputs.text_embeds,
+                "logit_scale": outputs.logit_scale}
+
+    def loss(self, model: torch.nn.Module, encoded: dict, batch: dict) -> dict[str, torch.Tensor]:
+        return self.objective(encoded["image_embeds"], encoded["text_embeds"], encoded["logit_scale"])
 
     def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float | torch.Tensor]:
         return {"logit_scale": clamp_logit_scale(accelerator, model)}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from hf_longclip.training.task import Task
 
@@ -29,10 +30,17 @@ class ImageClassificationCollator:
 
 
 class ClassificationTask(Task):
-    """Cross-entropy of a classifier: `model(**batch).loss`, logged as `cross_entropy`."""
+    """Cross-entropy of a single-label classifier's logits against the batch's `labels` (what `model(**batch).loss`
+    computes for CAST's and transformers' image classifiers), logged as `cross_entropy`. With gradient caching the
+    logits are per-sample, so a cached batch is plain gradient accumulation, except that a BatchNorm (CAST's
+    convolutional stem) normalises over each chunk."""
 
-    def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
-        return {"cross_entropy": model(**batch).loss}
+    def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        return {"logits": model(**{key: value for key, value in batch.items() if key != "labels"}).logits}
+
+    def loss(self, model: torch.nn.Module, encoded: dict, batch: dict) -> dict[str, torch.Tensor]:
+        logits = encoded["logits"]
+        return {"cross_entropy": F.cross_entropy(logits.float(), batch["labels"].to(logits.device))}
 
 
 @torch.no_grad()

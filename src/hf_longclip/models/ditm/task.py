@@ -1,6 +1,7 @@
 """DITM's training task: batches of several graded captions per image (`MultiCaptionCollator`), the adaptive triplet
 + ordering objective (Eq. 7) and its warm-up (Sec. IV-C.2)."""
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -96,20 +97,38 @@ class DITMTask(Task):
     def warming_up(self) -> bool:
         return self.steps_done < self.warmup_steps
 
-    def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
-        missing = [key for key in ("descriptiveness", "text_image_index", "image_ids") if key not in batch]
-        if missing:
-            raise ValueError(f"DITM's batches carry each text's descriptiveness (Eq. 1-2), its image's row and id; "
-                             f"this one lacks {missing}: collate with MultiCaptionCollator")
+    def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        """One embedding per image (`pixel_values` row) and one per text; during the warm-up the vision
+        transformer gets no gradient."""
         warming_up = self.warming_up
         if self._vision_parameters and self._vision_parameters[0].requires_grad == warming_up:  # at a switch only
             for param in self._vision_parameters:
                 param.requires_grad_(not warming_up)
-        self.objective.hardest_negatives = not warming_up
         outputs = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
                         pixel_values=batch["pixel_values"])
-        return self.objective(outputs.image_embeds[batch["text_image_index"]], outputs.text_embeds,
+        return {"image_embeds": outputs.image_embeds, "text_embeds": outputs.text_embeds}
+
+    def loss(self, model: torch.nn.Module, encoded: dict, batch: dict) -> dict[str, torch.Tensor]:
+        missing = [key for key in ("descriptiveness", "text_image_index", "image_ids") if key not in batch]
+        if missing:
+            raise ValueError(f"DITM's batches carry each text's descriptiveness (Eq. 1-2), its image's row and id; "
+                             f"this one lacks {missing}: collate with MultiCaptionCollator")
+        self.objective.hardest_negatives = not self.warming_up
+        return self.objective(encoded["image_embeds"][batch["text_image_index"]], encoded["text_embeds"],
                               batch["image_ids"], batch["descriptiveness"])
+
+    def split_batch(self, batch: dict, size: int) -> list[dict]:
+        """Chunks of `size` images, each with its texts (`MultiCaptionCollator` lists them image after image)."""
+        owners = batch["text_image_index"].tolist()
+        if owners != sorted(owners):
+            raise ValueError("gradient caching needs the texts of a DITM batch in the order of their images "
+                             "(as MultiCaptionCollator lists them)")
+        chunks = []
+        for start in range(0, len(batch["pixel_values"]), size):
+            first, end = bisect.bisect_left(owners, start), bisect.bisect_left(owners, start + size)
+            chunks.append({"pixel_values": batch["pixel_values"][start:start + size],
+                           **{key: batch[key][first:end] for key in ("input_ids", "attention_mask") if key in batch}})
+        return chunks
 
     def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float]:
         self.steps_done += 1

@@ -84,24 +84,35 @@ class FCASTTask(ContrastiveTask):
     def options(self) -> dict:
         return {"objective": self.objective_name, "part_loss_weight": self.part_loss_weight}
 
-    def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
-        if not self._zero3_ready:  # once: the weights are partitioned when the loop prepares the model
-            self._gather_pool_weights_with_it()
+    shared_outputs = ("logit_scale", "logit_bias", "part_logit_scale", "part_logit_bias")
+
+    def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor | None]:
+        """Image, long-caption and sub-caption embeddings, the tokens sub-captions ground in (and their padding), and
+        both levels' temperatures and biases."""
         outputs = model(**batch)
         sub_embeds = outputs.text_model_output.sub_caption_embeds
         subs, chunks = sub_embeds.shape[1], self.model.config.text_config.num_chunks
         if subs < chunks:
             raise ValueError(f"training needs K >= N sub-captions per image (the first N are the long caption's "
                              f"chunks), got K = {subs} < N = {chunks}")
-        tokens = self.model.grounding_tokens(outputs.vision_model_output)
+        tokens, padding = self.model.grounding_tokens(outputs.vision_model_output)
+        return {"image_embeds": outputs.image_embeds, "text_embeds": outputs.text_embeds, "sub_embeds": sub_embeds,
+                "grounding_tokens": tokens, "grounding_padding": padding, "logit_scale": outputs.logit_scale,
+                "logit_bias": outputs.logit_bias, "part_logit_scale": outputs.part_logit_scale,
+                "part_logit_bias": outputs.part_logit_bias}
+
+    def loss(self, model: torch.nn.Module, encoded: dict, batch: dict) -> dict[str, torch.Tensor]:
+        if not self._zero3_ready:  # once: the weights are partitioned when the loop prepares the model
+            self._gather_pool_weights_with_it()
+        tokens = encoded["grounding_tokens"], encoded["grounding_padding"]
         pool = self.model.grounding_pool
         if self.objective_name == "flair":  # the global image against its sub-captions (and t^long)
-            long_embeds = outputs.text_embeds if self.model.config.text_config.is_hierarchical else None
-            return self.objective(outputs.image_embeds, sub_embeds, long_embeds, *tokens, pool, outputs.logit_scale,
-                                  outputs.logit_bias)
-        return self.objective(outputs.image_embeds, outputs.text_embeds, sub_embeds, *tokens, pool,
-                              outputs.part_logit_scale, outputs.part_logit_bias, outputs.logit_scale,
-                              outputs.logit_bias)
+            long_embeds = encoded["text_embeds"] if self.model.config.text_config.is_hierarchical else None
+            return self.objective(encoded["image_embeds"], encoded["sub_embeds"], long_embeds, *tokens, pool,
+                                  encoded["logit_scale"], encoded["logit_bias"])
+        return self.objective(encoded["image_embeds"], encoded["text_embeds"], encoded["sub_embeds"], *tokens, pool,
+                              encoded["part_logit_scale"], encoded["part_logit_bias"], encoded["logit_scale"],
+                              encoded["logit_bias"])
 
 
 __all__ = ["FCASTCollator", "FCASTTask"]

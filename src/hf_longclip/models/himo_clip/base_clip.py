@@ -71,7 +71,7 @@ def short_caption_base(accelerator: Accelerator, backbone: BackboneArguments, da
     `backbone.base_cache_dir/clip77-<key>/` (key: a digest of the data and of everything that sets the weights) and
     reused by every later run of any script (resumable while it trains); returns its checkpoint directory. Its
     tokenizer is trained on the whole corpus, long captions included, so the fine-tuned variants keep it."""
-    global_batch = (loop_args.per_device_train_batch_size * accelerator.num_processes
+    global_batch = (loop_args.process_batch_size * accelerator.num_processes
                     * loop_args.gradient_accumulation_steps)
     recipe = {"data": dataset["train"]._fingerprint, "towers": backbone.scratch_towers_key(),
               "sentences": backbone.base_sentences, "steps": backbone.base_steps,

@@ -107,7 +107,9 @@ class OneLIPTask(ContrastiveTask):
                 "token_distillation": objective.distillation,
                 "hard_negatives": None if self.hard_negatives is None else self.hard_negatives.options()}
 
-    def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+    def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        """The model's embeddings and long-text token states, and the teacher's token states on each text's first
+        T_f tokens."""
         inputs = {key: value for key, value in batch.items() if key != "sample_index"}
         input_ids, attention_mask = inputs["input_ids"], inputs.get("attention_mask")
         self.teacher.to(input_ids.device)
@@ -116,24 +118,31 @@ class OneLIPTask(ContrastiveTask):
                 input_ids=input_ids[:, : self.base_length],
                 attention_mask=None if attention_mask is None else attention_mask[:, : self.base_length],
             ).last_hidden_state
+        outputs = model(**inputs)
+        return {"image_embeds": outputs.image_embeds, "text_embeds": outputs.text_embeds,
+                "logit_scale": outputs.logit_scale, "text_states": outputs.text_model_output.last_hidden_state,
+                "teacher_states": teacher_states}
+
+    def loss(self, model: torch.nn.Module, encoded: dict, batch: dict) -> dict[str, torch.Tensor]:
+        """Eq. 10 over the batch, with its queued hard negatives; in training, the batch's due queues are refreshed
+        with its embeddings."""
         negatives = mask = None
         if self.hard_negatives is not None and model.training:  # the validation loss is plain OneLIP's
             if "sample_index" not in batch:
                 raise ValueError("hard-negative queues need each batch's sample_index (the rows' dataset indices): "
                                  "build the collator with index_column")
             negatives, mask = self.hard_negatives.negatives(batch["sample_index"])
-        outputs = model(**inputs)
-        states = outputs.text_model_output.last_hidden_state
+        states = encoded["text_states"]
         with torch.no_grad():
             token_embeds = self.model.text_projection(states)  # A(i) of Eq. 5 in the joint space
         terms = self.objective(
-            outputs.image_embeds, outputs.text_embeds, outputs.logit_scale, states, token_embeds,
-            text_token_mask(input_ids, attention_mask, self.eos_token_id), teacher_states, self.model.trim_refine,
-            self.step, negatives, mask,
+            encoded["image_embeds"], encoded["text_embeds"], encoded["logit_scale"], states, token_embeds,
+            text_token_mask(batch["input_ids"], batch.get("attention_mask"), self.eos_token_id),
+            encoded["teacher_states"], self.model.trim_refine, self.step, negatives, mask,
         )
         if self.hard_negatives is not None and model.training:
-            counts = self.hard_negatives.refresh(batch["sample_index"], outputs.image_embeds.detach(),
-                                                 outputs.text_embeds.detach(), negatives, self.step)
+            counts = self.hard_negatives.refresh(batch["sample_index"], encoded["image_embeds"].detach(),
+                                                 encoded["text_embeds"].detach(), negatives, self.step)
             for key, value in counts.items():
                 self.refresh_counts[key] += value
         return terms

@@ -1,0 +1,286 @@
+"""Gradient caching (`--contrastive_batch_size`, `hf_longclip.training.gradient_cache`): one optimizer step on a
+contrastive batch of 64 encoded in chunks of 16 moves the weights exactly as one step on the batch of 64 in one piece,
+for every objective (HiMo-CLIP's MoLo with HiDe, OneLIP's three terms with its teacher and PO-HNM queues, DITM's
+triplet and ordering terms, F-CAST's part and whole sigmoid terms, FLAIR's, classification), in one process and under
+2-process DDP and DeepSpeed ZeRO-2 (this file is also the launched script); dropout is replayed in the second pass;
+BatchNorm statistics are updated once per chunk; the loop trains with it (a SIGKILLed cached run resuming exactly:
+test_train_scale.py).
+
+The step is SGD with a learning rate of 1e4: its weight change, lr x gradient, is then far above the weights' float32
+rounding, and unlike Adam's first step (lr x sign) it would show a gradient wrong by any factor.
+"""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import (
+    CAPTIONS,
+    himo_task,
+    random_images,
+    tiny_clip,
+    tiny_himo,
+    tiny_processor,
+    tiny_sub_configs,
+)
+from test_cast_training import tiny_classifier
+from test_ditm_model import ditm_processor, tiny_ditm
+from test_fcast_model import CAPTIONS as SCENE_CAPTIONS
+from test_fcast_model import fcast_task, tiny_fcast
+from test_fcast_model import tiny_processor as fcast_processor
+from test_pohnm import handmade_bank, unit
+from test_train_scale import CONFIGS, needs_deepspeed, run, script_env
+
+from hf_longclip import CASTImageProcessor, HiMoCLIPConfig, HiMoCLIPModel, OneLIPModel, OneLIPProcessor
+from hf_longclip.data.collate import ImageTextCollator
+from hf_longclip.models.cast.task import ClassificationTask, ImageClassificationCollator
+from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator
+from hf_longclip.models.fcast.task import FCASTCollator
+from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
+from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.gradient_cache import cached_backward
+from hf_longclip.training.task import sum_of_terms
+
+BATCH, CHUNK = 64, 16  # per process
+LEARNING_RATE = 1e4
+RTOL = 1e-6  # float32: chunks' products and gradient sums round differently from the whole batch's
+
+
+def _himo(directory: Path):
+    rows = [{"image": image, "caption": f"{CAPTIONS[i % 4]} number {i}."} for i, image in
+            enumerate(random_images(2 * BATCH))]
+    return himo_task(tiny_himo(seed=0), ImageTextCollator(tiny_processor())), rows
+
+
+def _onelip(directory: Path):
+    """OneLIP with its teacher and PO-HNM queues of 4 negatives per sample, due for a refresh at this step."""
+    clip = tiny_clip()
+    base = tiny_processor()
+    processor = OneLIPProcessor(image_processor=base.image_processor, tokenizer=base.tokenizer, max_length=248)
+    rng = np.random.default_rng(0)
+    bank = handmade_bank(directory / "bank", unit(rng.normal(size=(4 * BATCH, 16))).astype(np.float16),
+                         unit(rng.normal(size=(2 * BATCH, 16))).astype(np.float16), per_sample=2)
+    queues = HardNegativeQueues(bank, directory / "queues", queue_size=4, update_steps=1)
+    task = OneLIPTask(OneLIPModel.from_clip(clip), ImageTextCollator(processor, index_column="index"), teacher=clip,
+                      hard_negatives=queues, trim_top_k=20)
+    task.step = 1  # the queues were filled at step 0: each is refreshed with this step's embeddings
+    rows = [{"image": image, "caption": f"{CAPTIONS[i % 4]} {CAPTIONS[(i + 1) % 4]} number {i}.", "index": i}
+            for i, image in enumerate(random_images(2 * BATCH))]
+    return task, rows
+
+
+def _ditm(directory: Path):
+    """64 images with 2 of their 3 graded captions each (128 texts), in chunks of 16 images."""
+    rows = [{"image": image, "captions": [f"{CAPTIONS[(i + j) % 4]} number {i}." for j in range(3)],
+             "descriptiveness": [0.1, 0.5, 0.9], "image_id": i} for i, image in enumerate(random_images(2 * BATCH))]
+    return DITMTask(tiny_ditm(), MultiCaptionCollator(ditm_processor())), rows
+
+
+def _scenes(num_chunks: int) -> tuple:
+    rows = [{"image": image, "caption": SCENE_CAPTIONS[i % 4], "captions": [SCENE_CAPTIONS[i % 4],
+                                                                            SCENE_CAPTIONS[(i + 1) % 4]]}
+            for i, image in enumerate(random_images(2 * BATCH))]
+    return rows, FCASTCollator(fcast_processor(num_chunks), num_sub_captions=max(num_chunks, 2))
+
+
+def _fcast(directory: Path):
+    """F-CAST's two-level loss on its CAST backbone (the stem's BatchNorm on running statistics: see
+    test_batch_norm_statistics_are_updated_once_per_chunk)."""
+    rows, collator = _scenes(4)
+    task = fcast_task(tiny_fcast(row="fcast"))
+    task.collate_fn = collator
+    task.model.vision_model.embeddings.stem.apply(lambda m: m.eval() if isinstance(m, torch.nn.BatchNorm2d) else None)
+    return task, rows
+
+
+def _flair(directory: Path):
+    rows, collator = _scenes(1)
+    task = fcast_task(tiny_fcast(row="flair"), row="flair")
+    task.collate_fn = collator
+    return task, rows
+
+
+def _classification(directory: Path):
+    rows = [{"image": image, "label": i % 5} for i, image in enumerate(random_images(2 * BATCH))]
+    model = tiny_classifier()
+    collator = ImageClassificationCollator(CASTImageProcessor(size=32, num_segments=16), lambda row: row["label"],
+                                           ["pixel_values", "superpixels"])
+    return ClassificationTask(model, collator), rows
+
+
+CASES = {"himo": _himo, "onelip": _onelip, "ditm": _ditm, "fcast": _fcast, "flair": _flair,
+         "classification": _classification}
+
+
+def one_step(name: str, accelerator, directory: Path, cached: bool) -> dict:
+    """One SGD step of case `name` on this process's 64 samples (rows 64 p ... 64 p + 63 of 128), with or without
+    gradient caching; returns the weight changes divided by the learning rate, the loss terms and PO-HNM's queues."""
+    from accelerate.utils import DistributedType
+
+    task, rows = CASES[name](directory / ("cached" if cached else "whole"))
+    model = task.model.train()
+    if name in ("fcast", "classification"):  # BatchNorm on running statistics (see the case)
+        model.apply(lambda m: m.eval() if isinstance(m, torch.nn.BatchNorm2d) else None)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LEARNING_RATE)
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        config = accelerator.state.deepspeed_plugin.deepspeed_config
+        config.update(train_micro_batch_size_per_gpu=BATCH, zero_allow_untested_optimizer=True, gradient_clipping=0.0)
+    prepared, optimizer = accelerator.prepare(model, optimizer)
+    task.restore_files(None, accelerator)
+    unwrapped = accelerator.unwrap_model(prepared)
+    before = {key: param.detach().clone() for key, param in unwrapped.named_parameters() if param.requires_grad}
+    rank = accelerator.process_index
+    batch = {key: value.to(accelerator.device) if isinstance(value, torch.Tensor) else value
+             for key, value in task.collate_fn(rows[rank * BATCH:(rank + 1) * BATCH]).items()}
+    with accelerator.accumulate(prepared):
+        if cached:
+            terms = cached_backward(task, prepared, batch, CHUNK, accelerator)
+        else:
+            terms = task.compute_loss(prepared, batch)
+            accelerator.backward(sum_of_terms(terms))
+        optimizer.step()
+        optimizer.zero_grad()
+    changes = {key: (before[key] - param.detach()) / LEARNING_RATE for key, param in unwrapped.named_parameters()
+               if key in before}
+    queues = task.hard_negatives.store.read(np.arange(2 * BATCH))[:2] if name == "onelip" else None
+    accelerator.free_memory()  # DeepSpeed: the next case's engine starts afresh
+    return {"changes": changes, "terms": {key: value.item() for key, value in terms.items()}, "queues": queues}
+
+
+def relative_differences(name: str, accelerator, directory: Path) -> dict[str, float]:
+    """How far the cached step is from the whole-batch step, relatively: the weight change (norm of the difference
+    over norm of the change, all parameters), the worst single parameter tensor by the same measure (among those
+    whose change is above 1e-6 of the whole: the others have a true gradient of 0, e.g. attention's key bias, and
+    hold rounding noise) and the worst loss term. PO-HNM's queues must be equal."""
+    cached, whole = (one_step(name, accelerator, directory, flag) for flag in (True, False))
+    errors = torch.stack([(cached["changes"][key] - change).norm() for key, change in whole["changes"].items()])
+    norms = torch.stack([change.norm() for change in whole["changes"].values()])
+    significant = norms > 1e-6 * norms.norm()
+    assert significant.sum() > 10
+    assert whole["terms"].keys() == cached["terms"].keys()
+    if whole["queues"] is not None:
+        for cached_part, whole_part in zip(cached["queues"], whole["queues"]):
+            np.testing.assert_array_equal(cached_part, whole_part)
+    return {"weight_change": float(errors.norm() / norms.norm()),
+            "worst_tensor": float((errors / norms)[significant].max()),
+            "loss": max(abs(cached["terms"][key] - value) / abs(value) for key, value in whole["terms"].items())}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_chunks_of_16_step_as_one_batch_of_64_in_one_process(name, accelerator, tmp_path):
+    differences = relative_differences(name, accelerator, tmp_path)
+    print(name, differences)
+    assert differences["weight_change"] < RTOL and differences["loss"] < RTOL
+    assert differences["worst_tensor"] < 10 * RTOL  # summed in another order: cancellation in a few reductions
+
+
+def test_dropout_is_replayed_in_the_second_pass(accelerator):
+    """With dropout, the cached gradient is that of the chunks encoded once, in order, with a graph (the first pass
+    draws their masks; the second must draw the same), and the generators end where that encoding leaves them."""
+    configs = tiny_sub_configs(248)
+    for tower in ("text_config", "vision_config"):
+        configs[tower]["attention_dropout"] = 0.3
+    torch.manual_seed(0)
+    model = HiMoCLIPModel(HiMoCLIPConfig(**configs)).train()
+    task = himo_task(model)
+    batch = dict(tiny_processor()(text=CAPTIONS * 2, images=random_images(8), padding="longest"))
+    torch.manual_seed(1)
+    chunks = [task.encode(model, chunk) for chunk in task.split_batch(batch, 2)]
+    encoded = {key: chunks[0][key] if key == "logit_scale" else torch.cat([c[key] for c in chunks])
+               for key in chunks[0]}
+    reference_terms = task.loss(model, encoded, batch)
+    sum_of_terms(reference_terms).backward()
+    reference = {key: param.grad.clone() for key, param in model.named_parameters()}
+    after_reference = torch.get_rng_state()
+    model.zero_grad()
+    torch.manual_seed(1)
+    terms = cached_backward(task, model, batch, 2, accelerator)
+    assert torch.equal(torch.get_rng_state(), after_reference)
+    for key, value in reference_terms.items():
+        torch.testing.assert_close(terms[key], value.detach(), rtol=1e-6, atol=0)
+    for key, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, reference[key], rtol=1e-4, atol=1e-6, msg=key)
+
+
+def test_batch_norm_statistics_are_updated_once_per_chunk(accelerator):
+    """CAST's stem normalises each chunk by its own statistics in training (as it would a batch of the chunk's
+    size), and its running statistics move once per chunk, not once more in the second pass."""
+    model = tiny_classifier().train()
+    rows = [{"image": image, "label": i % 5} for i, image in enumerate(random_images(8))]
+    task = _classification(Path())[0]
+    task.model = model
+    batch = task.collate_fn(rows)
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        for chunk in task.split_batch(batch, 4):
+            task.encode(reference, chunk)
+    cached_backward(task, model, batch, 4, accelerator)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert norms and all(int(m.num_batches_tracked) == 2 for m in norms)
+    for (key, value), expected in zip(model.state_dict().items(), reference.state_dict().values()):
+        torch.testing.assert_close(value, expected, rtol=0, atol=0, msg=key)
+
+
+def test_the_loop_trains_the_cached_batch_and_checks_its_size(accelerator, tmp_path):
+    """The loop reads batches of --contrastive_batch_size and caches their gradient: its first loss is the loss of
+    the whole batch, and the run follows the uncached run's loss curve."""
+    from hf_longclip.training.loop import train
+
+    rows = _himo(tmp_path)[1][:32]
+    histories = []
+    for sizes in (dict(per_device_train_batch_size=4, contrastive_batch_size=16),
+                  dict(per_device_train_batch_size=16)):
+        args = LoopArguments(output_dir=str(tmp_path / str(len(histories))), max_steps=3, warmup_steps=0,
+                             logging_steps=1, learning_rate=1e-3, **sizes)
+        histories.append(train(_himo(tmp_path)[0], rows, args, accelerator)[1])
+    cached, whole = ([record["loss"] for record in history] for history in histories)
+    assert len(cached) == 3 and cached == pytest.approx(whole, rel=1e-5)
+    with pytest.raises(ValueError, match="at least per_device_train_batch_size"):
+        LoopArguments(per_device_train_batch_size=16, contrastive_batch_size=8)
+
+
+def launch(engine: list[str], tmp_path: Path) -> dict:
+    """This file under `accelerate launch` with 2 processes: every case, cached and whole; the relative differences
+    the main process measured."""
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--num_processes", "2",
+               "--mixed_precision", "no", "--dynamo_backend", "no", *engine, __file__, str(tmp_path)]
+    run(command, dict(script_env(tmp_path / "datasets"), PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])), tmp_path)
+    return json.loads((tmp_path / "differences.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", [
+    pytest.param(["--config_file", str(CONFIGS / "multi_gpu.yaml")], id="ddp"),  # on a CPU machine: gloo
+    pytest.param(["--config_file", str(CONFIGS / "zero2.yaml")], id="zero2", marks=needs_deepspeed),
+])
+def test_chunks_of_16_step_as_one_batch_of_64_per_process_under_two_processes(engine, tmp_path):
+    differences = launch(engine, tmp_path)
+    print(differences)
+    assert set(differences) == set(CASES)
+    for name, measured in differences.items():
+        assert measured["weight_change"] < RTOL and measured["loss"] < RTOL, name
+        assert measured["worst_tensor"] < 10 * RTOL, name
+
+
+def main(output_dir: str) -> None:
+    """Each launched process: every case, cached and whole, on its 64 of the 128 samples."""
+    from hf_longclip.training.loop import make_accelerator
+
+    accelerator = make_accelerator(LoopArguments(output_dir=output_dir, max_grad_norm=0.0))
+    directory = Path(output_dir)
+    differences = {name: relative_differences(name, accelerator, directory / name) for name in CASES}
+    if accelerator.is_main_process:
+        (directory / "differences.json").write_text(json.dumps(differences, indent=2))
+    accelerator.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
