@@ -13,26 +13,19 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate import Accelerator
+from helpers.cast import tiny_classifier
 from helpers.fake_hub import FakeHub
 from helpers.hub import TOKEN, hub_env, load_by_repo_id_without_the_library
 from helpers.launch import CONFIGS, accelerate_launch, needs_deepspeed, run, script_env, torchrun
 from transformers import AutoModelForImageClassification
 
-from hf_longclip import CASTForImageClassification, CASTVisionConfig
+from hf_longclip import CASTForImageClassification
 
 WORLD_SIZE = 2
 TINY = ["--num_train", "64", "--num_test", "16", "--image_size", "48", "--num_clusters", "4,2",
         "--hidden_size", "32", "--num_attention_heads", "2", "--max_steps", "3", "--logging_steps", "1",
         "--warmup_steps", "1"]
 
-
-def tiny_classifier() -> CASTForImageClassification:
-    torch.manual_seed(0)
-    config = CASTVisionConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64, image_size=32,
-                              num_segments=16, depths=[1, 1, 1], num_clusters=[6, 3], num_labels=5)
-    model = CASTForImageClassification(config).train()
-    model.cast.embeddings.stem.apply(lambda m: m.eval() if isinstance(m, torch.nn.BatchNorm2d) else None)
-    return model
 
 
 def per_rank_step(reference_path: str) -> None:

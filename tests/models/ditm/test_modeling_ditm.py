@@ -16,7 +16,7 @@ from conftest import (
     tiny_processor,
     tiny_sub_configs,
 )
-from helpers.ditm import tiny_ditm
+from helpers.ditm import ditm_processor, tiny_ditm
 from helpers.fresh_process import FRESH_PROCESS_PRELUDE, load_in_fresh_process
 
 from hf_longclip import DITMConfig, DITMModel, DITMProcessor
@@ -37,10 +37,6 @@ torch.save({"text": out.text_embeds, "image": out.image_embeds, "loss": out.loss
 """
 
 
-
-def ditm_processor() -> DITMProcessor:
-    himo = tiny_processor()
-    return DITMProcessor(image_processor=himo.image_processor, tokenizer=himo.tokenizer, max_length=248)
 
 
 def test_from_clip_keeps_clip_text_features_and_pools_projected_tokens_with_gpo():

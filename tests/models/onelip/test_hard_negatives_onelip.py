@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor, tiny_processor
+from helpers.onelip import handmade_bank, unit
 from transformers import CLIPModel
 
 from hf_longclip import OneLIPModel
@@ -28,20 +29,6 @@ from hf_longclip.models.onelip.task import OneLIPTask
 from hf_longclip.models.onelip.objective import OneLIPLoss
 
 
-def unit(rows: np.ndarray) -> np.ndarray:
-    return rows / np.linalg.norm(rows, axis=-1, keepdims=True)
-
-
-def handmade_bank(directory, captions: np.ndarray, images: np.ndarray, per_sample: int) -> NegativeBank:
-    """A bank whose sample s owns captions s*per_sample ... s*per_sample + per_sample - 1."""
-    offsets = np.arange(0, len(captions) + 1, per_sample, dtype=np.int64)
-    NegativeBank.allocate(directory, offsets, captions.shape[1])
-    caption_rows, image_rows = NegativeBank.writable(directory, offsets, captions.shape[1])
-    caption_rows[:], image_rows[:] = captions, images
-    caption_rows.flush()
-    image_rows.flush()
-    NegativeBank.seal(directory, "handmade", "none")
-    return NegativeBank(directory)
 
 
 def brute_force_queue(bank: NegativeBank, sample: int, query: np.ndarray, size: int, exclude=()) -> list[int]:

@@ -13,7 +13,6 @@ rounding, and unlike Adam's first step (lr x sign) it would show a gradient wron
 import copy
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,13 +28,13 @@ from conftest import (
     tiny_processor,
     tiny_sub_configs,
 )
-from test_cast_training import tiny_classifier
-from test_ditm_model import ditm_processor, tiny_ditm
-from test_fcast_model import CAPTIONS as SCENE_CAPTIONS
-from test_fcast_model import fcast_task, tiny_fcast
-from test_fcast_model import tiny_processor as fcast_processor
-from test_pohnm import handmade_bank, unit
-from test_train_scale import CONFIGS, needs_deepspeed, run, script_env
+from helpers.cast import tiny_classifier
+from helpers.ditm import ditm_processor, tiny_ditm
+from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
+from helpers.fcast import fcast_task, tiny_fcast
+from helpers.fcast import tiny_processor as fcast_processor
+from helpers.launch import CONFIGS, needs_deepspeed, run, script_env
+from helpers.onelip import handmade_bank, unit
 
 from hf_longclip import CASTImageProcessor, HiMoCLIPConfig, HiMoCLIPModel, OneLIPModel, OneLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
@@ -252,7 +251,7 @@ def launch(engine: list[str], tmp_path: Path) -> dict:
     command = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--num_processes", "2",
                "--mixed_precision", "no", "--dynamo_backend", "no", *engine, __file__, str(tmp_path)]
     run(command, dict(script_env(tmp_path / "datasets"), PYTHONPATH=os.pathsep.join(
-        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])), tmp_path)
+        [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])), tmp_path)
     return json.loads((tmp_path / "differences.json").read_text())
 
 

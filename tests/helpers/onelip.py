@@ -1,0 +1,22 @@
+"""OneLIP's PO-HNM builders (unit rows, a hand-made negative bank), shared by tests/models/onelip/ and the
+gradient-cache tests."""
+
+import numpy as np
+
+from hf_longclip.models.onelip.negative_bank import NegativeBank
+
+
+def unit(rows: np.ndarray) -> np.ndarray:
+    return rows / np.linalg.norm(rows, axis=-1, keepdims=True)
+
+
+def handmade_bank(directory, captions: np.ndarray, images: np.ndarray, per_sample: int) -> NegativeBank:
+    """A bank whose sample s owns captions s*per_sample ... s*per_sample + per_sample - 1."""
+    offsets = np.arange(0, len(captions) + 1, per_sample, dtype=np.int64)
+    NegativeBank.allocate(directory, offsets, captions.shape[1])
+    caption_rows, image_rows = NegativeBank.writable(directory, offsets, captions.shape[1])
+    caption_rows[:], image_rows[:] = captions, images
+    caption_rows.flush()
+    image_rows.flush()
+    NegativeBank.seal(directory, "handmade", "none")
+    return NegativeBank(directory)
