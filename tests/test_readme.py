@@ -35,6 +35,7 @@ def test_the_readme_has_its_python_blocks():
     assert len(BLOCKS) >= 3
 
 
+@pytest.mark.slow  # its fixture launches train_himo.py unless the main job's checkpoint is here
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
 def test_readme_python_block_runs_as_written(block, workdir):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1")
