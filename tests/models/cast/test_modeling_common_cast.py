@@ -5,6 +5,7 @@ label maps (some ids left without pixels, i.e. padding). Skips say why; `CASTUsa
 
 import unittest
 
+import pytest
 import torch
 from helpers.modeling_common import UNAVAILABLE, seed_test_inputs
 from transformers.testing_utils import require_torch, torch_device
@@ -63,6 +64,7 @@ class CASTModelTester:
                                 [(batch, n, k) for n, k in zip(sizes, sizes[1:])])
 
 
+@pytest.mark.slow  # transformers' whole common battery: minutes of CPU per model, so outside the fast suite
 @require_torch
 @unittest.skipIf(UNAVAILABLE is not None, UNAVAILABLE)
 class CASTVisionModelTest(ModelTesterMixin, unittest.TestCase):

@@ -3,8 +3,13 @@ training task (`DITMTask`) also takes each text's descriptiveness, image id and 
 
 import unittest
 
+import pytest
 import torch
-from helpers.modeling_common import UNAVAILABLE, DualEncoderCommonTests, DualEncoderUsageTests
+from helpers.modeling_common import (
+    UNAVAILABLE,
+    DualEncoderCommonTests,
+    DualEncoderUsageTests,
+)
 from transformers.testing_utils import require_torch, torch_device
 
 from hf_longclip import DITMConfig, DITMModel
@@ -18,6 +23,7 @@ def ditm_inputs(batch_size: int) -> dict:
             "text_image_index": torch.arange(batch_size, device=torch_device)}
 
 
+@pytest.mark.slow  # transformers' whole common battery: minutes of CPU per model, so outside the fast suite
 @require_torch
 @unittest.skipIf(UNAVAILABLE is not None, UNAVAILABLE)
 class DITMModelTest(DualEncoderCommonTests, unittest.TestCase):

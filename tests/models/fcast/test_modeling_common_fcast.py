@@ -13,7 +13,11 @@ from unittest import mock
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.modeling_common import UNAVAILABLE, DualEncoderCommonTests, seed_test_inputs
+from helpers.modeling_common import (
+    UNAVAILABLE,
+    DualEncoderCommonTests,
+    seed_test_inputs,
+)
 from transformers import CLIPVisionConfig
 from transformers.testing_utils import require_torch, torch_device
 
@@ -129,6 +133,7 @@ class FCASTModelWithFrozenPartLevel(FCASTModel):
             module.requires_grad_(False)
 
 
+@pytest.mark.slow  # transformers' whole common battery: minutes of CPU per model, so outside the fast suite
 @require_torch
 @unittest.skipIf(UNAVAILABLE is not None, UNAVAILABLE)
 class FCASTModelTest(DualEncoderCommonTests, unittest.TestCase):
@@ -198,6 +203,7 @@ class FCASTModelTest(DualEncoderCommonTests, unittest.TestCase):
             self.assertDictEqual(config.text_config.to_dict(), FCASTTextConfig.from_pretrained(tmp_dir_name).to_dict())
 
 
+@pytest.mark.slow  # transformers' whole common battery: minutes of CPU per model, so outside the fast suite
 @require_torch
 @unittest.skipIf(UNAVAILABLE is not None, UNAVAILABLE)
 class FLAIRModelTest(FCASTModelTest):

@@ -8,13 +8,19 @@ a user calls it, and the clear error for a text without its end-of-text token.""
 
 import unittest
 
-from helpers.modeling_common import UNAVAILABLE, DualEncoderCommonTests, DualEncoderUsageTests
+import pytest
+from helpers.modeling_common import (
+    UNAVAILABLE,
+    DualEncoderCommonTests,
+    DualEncoderUsageTests,
+)
 from transformers.testing_utils import require_torch
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
 from hf_longclip.models.himo_clip.task import HiMoCLIPTask
 
 
+@pytest.mark.slow  # transformers' whole common battery: minutes of CPU per model, so outside the fast suite
 @require_torch
 @unittest.skipIf(UNAVAILABLE is not None, UNAVAILABLE)
 class HiMoCLIPModelTest(DualEncoderCommonTests, unittest.TestCase):

@@ -4,8 +4,13 @@ training task (`OneLIPTask`) distils from a frozen base text encoder (the teache
 import unittest
 from unittest import mock
 
+import pytest
 import torch
-from helpers.modeling_common import UNAVAILABLE, DualEncoderCommonTests, DualEncoderUsageTests
+from helpers.modeling_common import (
+    UNAVAILABLE,
+    DualEncoderCommonTests,
+    DualEncoderUsageTests,
+)
 from transformers import CLIPTextModel
 from transformers.testing_utils import require_torch, torch_device
 
@@ -24,6 +29,7 @@ class OneLIPModelWithFrozenRefine(OneLIPModel):
         self.trim_refine.requires_grad_(False)
 
 
+@pytest.mark.slow  # transformers' whole common battery: minutes of CPU per model, so outside the fast suite
 @require_torch
 @unittest.skipIf(UNAVAILABLE is not None, UNAVAILABLE)
 class OneLIPModelTest(DualEncoderCommonTests, unittest.TestCase):
