@@ -1,4 +1,12 @@
-"""`hf-longclip`: the library's command line."""
+"""`hf-longclip`: the library's command line.
+
+The `hf-longclip` script runs this file without importing the `hf_longclip` package (see `hf_longclip_cli`):
+importing the package registers our models with transformers, which imports torch (seconds), and `--help` needs none
+of it. So import nothing of `hf_longclip`, torch or transformers at module level or while building the parser: each
+command's handler (`_<command>`) imports what it runs, by absolute name (`from hf_longclip.export import ...`), and
+text the parser needs from the package (a list of tasks...) is computed only when that command's help or run asks for
+it (`epilog_lines`, a `type=` function).
+"""
 
 import argparse
 import sys
@@ -6,7 +14,7 @@ from pathlib import Path
 
 
 def _export_code(args: argparse.Namespace) -> None:
-    from .export import export_code, stale_files
+    from hf_longclip.export import export_code, stale_files
 
     if args.check:
         stale = stale_files(args.output)
@@ -21,7 +29,7 @@ def _export_code(args: argparse.Namespace) -> None:
 
 
 def _install_metrics(args: argparse.Namespace) -> None:
-    from .metrics import install_metrics
+    from hf_longclip.metrics import install_metrics
 
     for path in install_metrics():
         print(f"installed {path}")
@@ -30,7 +38,7 @@ def _install_metrics(args: argparse.Namespace) -> None:
 def _eval(args: argparse.Namespace) -> None:
     import json
 
-    from .evaluation import run_evaluation
+    from hf_longclip.evaluation import run_evaluation
 
     report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split, args.max_samples,
                             args.tasks, args.batch_size, args.device)
@@ -40,12 +48,43 @@ def _eval(args: argparse.Namespace) -> None:
 
 
 def _shard(args: argparse.Namespace) -> None:
-    from .data.shards import shard_source, write_shards
+    from hf_longclip.data.shards import shard_source, write_shards
 
     dataset = shard_source(args.source, args.data_dir, args.split, args.max_samples)
     manifest = write_shards(dataset, args.output_dir, args.shard_size, args.workers,
                             description=f"{args.source} {args.split or ''}".strip())
     print(f"{len(dataset)} samples in {args.output_dir}/ (manifest: {manifest})")
+
+
+def _dataset_name(value: str) -> str:
+    """`--dataset`: a name `hf_longclip.data.eval_datasets.load_eval_dataset` takes, checked before anything loads."""
+    from hf_longclip.data.eval_datasets import dataset_names
+
+    if value not in dataset_names():
+        raise argparse.ArgumentTypeError(f"unknown benchmark {value!r}; choose among {', '.join(dataset_names())}")
+    return value
+
+
+def _eval_epilog() -> list[str]:
+    from hf_longclip.data.benchmarks import describe_benchmarks
+    from hf_longclip.evaluation.tasks import describe_tasks
+
+    return ["tasks (each runs where the rows carry its columns):", *(f"  {line}" for line in describe_tasks()),
+            "", "benchmarks read from --data-dir (besides synthetic):",
+            *(f"  {line}" for line in describe_benchmarks())]
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser; `epilog_lines` (a function) gives an epilog computed only when the help is shown."""
+
+    def __init__(self, *args, epilog_lines=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epilog_lines = epilog_lines
+
+    def format_help(self) -> str:
+        if self.epilog_lines is not None:
+            self.epilog = "\n".join(self.epilog_lines())
+        return super().format_help()
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -61,7 +100,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 def _task_list(value: str) -> list[str] | None:
     """`--tasks`: a comma list of `TASKS` names, checked before anything is loaded."""
-    from .evaluation.tasks import TASKS
+    from hf_longclip.evaluation.tasks import TASKS
 
     tasks = [task.strip() for task in value.split(",") if task.strip()]
     unknown = [task for task in tasks if task not in TASKS]
@@ -76,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     debug = dict(action="store_true", help="on an error, show the full traceback instead of a one-line message "
                                            "(default: off)")
     parser.add_argument("--debug", **debug)
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
 
     def add_command(name: str, help_text: str, **kwargs) -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=help_text, description=help_text, formatter_class=_HelpFormatter,
@@ -93,25 +132,18 @@ def build_parser() -> argparse.ArgumentParser:
     install = add_command("install-metrics", "install the evaluate modules so evaluate.load('<name>') works offline")
     install.set_defaults(run=_install_metrics)
 
-    from .data.benchmarks import describe_benchmarks
-    from .data.eval_datasets import dataset_names
-    from .evaluation.tasks import TASKS, describe_tasks
-
     evaluate = add_command("eval", "evaluate a model on a benchmark: JSON report and plots",
-                           epilog="tasks (each runs where the rows carry its columns):\n"
-                                  + "\n".join(f"  {line}" for line in describe_tasks())
-                                  + "\n\nbenchmarks read from --data-dir (besides synthetic):\n"
-                                  + "\n".join(f"  {line}" for line in describe_benchmarks()))
+                           epilog_lines=_eval_epilog)
     evaluate.add_argument("--model", required=True,
                           help="checkpoint directory or Hub id, ours or a CLIPModel (required)")
-    evaluate.add_argument("--dataset", required=True, choices=dataset_names(),
-                          help="benchmark to evaluate on (required)")
+    evaluate.add_argument("--dataset", required=True, type=_dataset_name,
+                          help="benchmark to evaluate on: synthetic or one listed below (required)")
     evaluate.add_argument("--data-dir", help="the benchmark's files, required except for synthetic (for synthetic: "
                                              "its cache directory; default: the datasets cache)")
     evaluate.add_argument("--split", help="split to evaluate (default: the benchmark's evaluation split)")
     evaluate.add_argument("--max-samples", type=int, help="evaluate the first N samples only (default: all)")
     evaluate.add_argument("--tasks", type=_task_list,
-                          help=f"comma list among {', '.join(TASKS)} (default: all the data supports)")
+                          help="comma list of the tasks listed below (default: all the data supports)")
     evaluate.add_argument("--batch-size", type=int, default=64, help="images or texts encoded per forward pass")
     evaluate.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     evaluate.add_argument("--output-dir", type=Path, default=Path("eval"), help="where report.json and the plots go")

@@ -1,0 +1,57 @@
+"""`hf-longclip --help` starts light: the console script (`hf_longclip_cli`) parses and prints help without
+importing torch, transformers or the `hf_longclip` package, while `import hf_longclip` still registers our model types
+with transformers' Auto classes (checked in a fresh interpreter, where nothing else imported them first). Start-up
+time is measured by benchmarks/bench_cli.py, not asserted here."""
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "transformers", "cv2", "skimage", "datasets", "hf_longclip")
+
+# runs the console script's `main` on argv, then reports which heavy modules got imported
+PROBE = """
+import sys
+import hf_longclip_cli
+try:
+    hf_longclip_cli.main(sys.argv[1:])
+except SystemExit:
+    pass
+print("imported:", *sorted(name for name in {heavy} if name in sys.modules))
+"""
+
+
+def imported_after(*argv: str) -> tuple[str, list[str]]:
+    proc = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *argv], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    *output, last = proc.stdout.strip().splitlines()
+    assert last.startswith("imported:"), proc.stdout
+    return "\n".join(output), last.split()[1:]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["shard", "--help"], ["export-code", "--help"],
+                                  ["install-metrics", "--help"]])
+def test_help_imports_no_torch(argv):
+    help_text, imported = imported_after(*argv)
+    assert "usage: hf-longclip" in help_text
+    assert imported == [], f"`hf-longclip {' '.join(argv)}` imported {imported}"
+
+
+def test_the_probe_sees_a_command_that_imports_torch():
+    """The same probe on a command that runs (export-code --check) reports torch: the check above can fail."""
+    _, imported = imported_after("export-code", "--check", "--output", "modeling")
+    assert "torch" in imported and "hf_longclip" in imported
+
+
+def test_import_registers_with_auto_classes_without_trust_remote_code():
+    code = ("import hf_longclip, transformers\n"
+            "for folder in hf_longclip.models.MODEL_FOLDERS:\n"
+            "    auto = __import__(f'hf_longclip.models.{folder}', fromlist=['AUTO_CLASSES']).AUTO_CLASSES\n"
+            "    config = transformers.AutoConfig.for_model(auto['AutoConfig'].model_type)\n"
+            "    assert type(config) is auto['AutoConfig'], (folder, type(config))\n"
+            "    assert transformers.AutoModel._model_mapping[type(config)] is auto['AutoModel'], folder\n"
+            "print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip() == "ok", proc.stderr[-3000:]
