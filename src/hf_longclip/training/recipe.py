@@ -153,13 +153,16 @@ def train_variants(
     loop_args: LoopArguments,
     lora_args: LoraArguments,
     auto_class: type = AutoModel,
+    phase: str = "",
 ) -> tuple[dict[str, dict], dict[str, list[dict]]]:
-    """Train, save and evaluate each variant; return {variant: metrics} and {variant: history}.
+    """Train, save and evaluate each variant; return {variant: metrics} and {variant: history}. `phase` prefixes the
+    progress bar's label (e.g. "base pretraining"), so a base is not mistaken for a fine-tuned variant.
 
     `build(variant) -> (task, processor)` is called with every variant built whole (also under ZeRO-3) from the
     same seed; `evaluate(model, processor)` runs on the main process on the checkpoint reloaded with
     `auto_class.from_pretrained(..., trust_remote_code=True)`; its metrics gain `train_seconds`. A resumed run
-    (`--resume_from_checkpoint`) skips variants whose evaluation is already written.
+    (`--resume_from_checkpoint`) skips variants whose evaluation is already written, and says so. Each finished
+    variant prints its metrics at once: a run stopped early (a timeout) leaves the rows it finished.
     """
     if lora_args.lora_r > 0 and getattr(accelerator.state.deepspeed_plugin, "zero_stage", None) == 3:
         raise SystemExit("LoRA under ZeRO-3 is not supported (merging needs whole weights): use ZeRO-2 or DDP")
@@ -169,6 +172,7 @@ def train_variants(
         eval_file = output_dir / "eval" / f"{variant}.json"  # written last: a resumed run skips finished variants
         if loop_args.resume_from_checkpoint and eval_file.is_file():
             results[variant], histories[variant] = json.loads(eval_file.read_text()).values()
+            accelerator.print(f"{variant}: finished in an earlier run, skipped ({eval_file})")
             continue
         with whole_model_init(accelerator):
             task, processor = build(variant)
@@ -180,7 +184,8 @@ def train_variants(
             logger.info(f"{variant}: LoRA trains {trainable:,} of {total:,} parameters", main_process_only=True)
         start = time.perf_counter()
         model, histories[variant] = train(task, dataset["train"], loop_args, accelerator, run_name=variant,
-                                          eval_dataset=dataset["validation"])
+                                          eval_dataset=dataset["validation"],
+                                          progress_label=f"{phase} {variant}".strip())
         seconds = time.perf_counter() - start
         if lora_args.lora_r > 0:
             save_model(accelerator, model, output_dir / f"{variant}-lora" / "adapter")
@@ -194,6 +199,9 @@ def train_variants(
                                 "train_seconds": round(seconds, 1)}
             eval_file.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(eval_file, json.dumps({"results": results[variant], "history": histories[variant]}))
+            print(f"{f'{phase} {variant}'.strip()} done: "
+                  + ", ".join(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}"
+                              for key, value in results[variant].items()), flush=True)
         accelerator.wait_for_everyone()
         accelerator.free_memory()
     return results, histories
