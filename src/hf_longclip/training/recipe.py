@@ -212,9 +212,9 @@ def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args:
                    name: str = "summary", title: str = "") -> dict | None:
     """A script's whole run, `run(loop_args) -> {variant: metrics}`, once with `--seed` or, with `--seeds 0,1,2`, once
     per seed with that seed and its own `<output_dir>/seed-<s>/` (each resumable). Then, on the main process,
-    `<output_dir>/<name>.json` (every seed's results and `summarize_seeds`), `<name>.png` (each metric's mean, std and
-    seeds per variant) and, for several seeds, the table of mean +- std on stdout. Returns the summary (main
-    process)."""
+    `<output_dir>/<name>.json` (every seed's results and `summarize_seeds`) and, for several seeds, `<name>.png` (each
+    metric's mean, std and seeds per variant) and the table of mean +- std on stdout (one seed: the run's own table
+    says it all). Returns the summary (main process)."""
     seeds = loop_args.seed_list()
     if len(seeds) > 1 and hub_args.push_to_hub:
         raise SystemExit("--push_to_hub with several --seeds would push each seed's checkpoints to the same repos: "
@@ -232,8 +232,8 @@ def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args:
     write_atomic(output_dir / f"{name}.json", json.dumps(
         {"seeds": list(runs), "metrics": list(metrics), "summary": summary,
          "runs": {str(seed): results for seed, results in runs.items()}}, indent=2))
-    plot_seed_summary(summary, metrics, output_dir / f"{name}.png", title or f"{name}: {len(runs)} seed(s)")
     if len(runs) > 1:
+        plot_seed_summary(summary, metrics, output_dir / f"{name}.png", title or f"{name}: {len(runs)} seeds")
         print(f"\nmean ± std over seeds {list(runs)} ({output_dir / name}.json, .png):")
         print(format_table(summary, metrics))
     return summary
@@ -251,15 +251,17 @@ def publish(
     run_args: Mapping,
     base_model: str | None = None,
     push_variants: Sequence[str] | None = None,
+    loss_notes: Mapping[str, str] | None = None,
 ) -> None:
     """Main process: `results.json`, `loss_curves.png`, the table on stdout and, with `--push_to_hub`, each variant's
     checkpoint pushed with its card (`run_args`: every argument of the run, shown in the card; `push_variants`: the
-    variants to push, default all, e.g. to leave out a row whose checkpoint this run did not write)."""
+    variants to push, default all, e.g. to leave out a row whose checkpoint this run did not write; `loss_notes`: see
+    `plot_loss_curves`)."""
     if not accelerator.is_main_process:
         return
     output_dir = Path(output_dir)
     (output_dir / "results.json").write_text(json.dumps({"results": results, "training": histories}, indent=2))
-    plot_loss_curves(histories, output_dir / "loss_curves.png")
+    plot_loss_curves(histories, output_dir / "loss_curves.png", notes=loss_notes)
     print(format_table(results, metrics))
     print(f"\ncheckpoints, results.json and plots in {output_dir}/")
     if not hub_args.push_to_hub:
