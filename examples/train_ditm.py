@@ -68,7 +68,7 @@ VARIANTS = {  # name: (fixed VSE++ margin, ordering weight or None for the confi
 BACKBONES = {"ditm": (DITMModel, DITMProcessor), "himo_clip": (HiMoCLIPModel, HiMoCLIPProcessor),
              "onelip": (OneLIPModel, OneLIPProcessor)}
 TEXT_POSITIONS = 248  # the synthetic captions run past 77 tokens
-METRICS = ("i2t_r1", "t2i_r1", "rsum", "precision", "recall", "d_corr", "d_corr_image")
+METRICS = ("r1_i2t", "r1_t2i", "rsum", "precision", "recall", "d_corr", "d_corr_image")
 BASE = "clip-infonce"
 # Fine-tuning (Sec. IV-C.2 scaled down): the backbones at a tenth of the rate of the new GPO and the projections.
 LOOP_DEFAULTS = dict(output_dir="outputs/ditm", num_train_epochs=2.0, per_device_train_batch_size=32,

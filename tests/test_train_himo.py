@@ -34,7 +34,7 @@ def launch(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 def test_accelerate_launch_train_himo_end_to_end(tmp_path):
     result = launch(tmp_path, "--output_dir", str(tmp_path))
-    assert "himo-clip" in result.stdout and "r1_i2t" in result.stdout  # the results table
+    assert "himo-clip" in result.stdout and "R@1 I2T" in result.stdout  # the results table
     assert "himo-clip step 1/3 {'loss'" in result.stderr  # the loop's records reach the log (info, main process)
 
     report = json.loads((tmp_path / "results.json").read_text())

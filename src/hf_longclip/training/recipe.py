@@ -253,7 +253,7 @@ def publish(
     push_variants: Sequence[str] | None = None,
     loss_notes: Mapping[str, str] | None = None,
 ) -> None:
-    """Main process: `results.json`, `loss_curves.png`, the table on stdout and, with `--push_to_hub`, each variant's
+    """Main process: `results.json`, `loss_curves.png`, the table on stdout (`metrics`, then the training seconds) and, with `--push_to_hub`, each variant's
     checkpoint pushed with its card (`run_args`: every argument of the run, shown in the card; `push_variants`: the
     variants to push, default all, e.g. to leave out a row whose checkpoint this run did not write; `loss_notes`: see
     `plot_loss_curves`)."""
@@ -262,7 +262,8 @@ def publish(
     output_dir = Path(output_dir)
     (output_dir / "results.json").write_text(json.dumps({"results": results, "training": histories}, indent=2))
     plot_loss_curves(histories, output_dir / "loss_curves.png", notes=loss_notes)
-    print(format_table(results, metrics))
+    trained = any("train_seconds" in values for values in results.values())
+    print(format_table(results, [*metrics, *(["train_seconds"] if trained else [])]))
     print(f"\ncheckpoints, results.json and plots in {output_dir}/")
     if not hub_args.push_to_hub:
         return
