@@ -33,6 +33,9 @@ def _install_metrics(args: argparse.Namespace) -> None:
 
     for path in install_metrics():
         print(f"installed {path}")
+    # evaluate finds a name that is not on the Hub in its cache only as a fallback, and always says so
+    print("evaluate.load('<name>') now works offline, with evaluate's notice 'Using the latest cached version of the "
+          "module' each time; hf_longclip.metrics.load('<name>') loads the packaged script without it")
 
 
 def _eval(args: argparse.Namespace) -> None:
@@ -146,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="comma list of the tasks listed below (default: all the data supports)")
     evaluate.add_argument("--batch-size", type=int, default=64, help="images or texts encoded per forward pass")
     evaluate.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-    evaluate.add_argument("--output-dir", type=Path, default=Path("eval"), help="where report.json and the plots go")
+    evaluate.add_argument("--output-dir", type=Path, default=Path("outputs/eval"),
+                          help="where report.json and the plots go (outputs/ is git-ignored)")
     evaluate.set_defaults(run=_eval)
 
     shard = add_command("shard", "write training data as WebDataset tar shards with a manifest, for --train_shards")
