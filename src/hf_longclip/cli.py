@@ -1,12 +1,12 @@
-"""`hf-longclip`: the library's command line.
+"""`hf-longclip`: the library's command line."""
 
-The `hf-longclip` script runs this file without importing the `hf_longclip` package (see `hf_longclip_cli`):
-importing the package registers our models with transformers, which imports torch (seconds), and `--help` needs none
-of it. So import nothing of `hf_longclip`, torch or transformers at module level or while building the parser: each
-command's handler (`_<command>`) imports what it runs, by absolute name (`from hf_longclip.export import ...`), and
-text the parser needs from the package (a list of tasks...) is computed only when that command's help or run asks for
-it (`epilog_lines`, a `type=` function).
-"""
+# How to add a command (keeps `--help` light: the `hf-longclip` script runs this file without importing the
+# `hf_longclip` package, see `hf_longclip_cli`; the package's import registers our models with transformers, which
+# imports torch, seconds): import nothing of `hf_longclip`, torch or transformers at module level or while building
+# the parser. Write a handler `_<command>(args)` that imports what it runs by absolute name (`from hf_longclip.export
+# import ...`), register it with `add_command(...).set_defaults(run=_<command>)`, and compute any text the parser
+# needs from the package only when asked: `epilog_lines=` (a function, called when the help is shown) or a `type=`
+# function (called when the option is parsed). tests/test_cli_startup.py checks each command's --help imports no torch.
 
 import argparse
 import sys
