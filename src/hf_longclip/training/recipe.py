@@ -199,9 +199,11 @@ def train_variants(
                                 "train_seconds": round(seconds, 1)}
             eval_file.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(eval_file, json.dumps({"results": results[variant], "history": histories[variant]}))
-            print(f"{f'{phase} {variant}'.strip()} done: "
-                  + ", ".join(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}"
-                              for key, value in results[variant].items()), flush=True)
+            scalars = ", ".join(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}"
+                                for key, value in results[variant].items()
+                                if isinstance(value, int | float) and key != "train_seconds")
+            print(f"{phase} {variant}".strip() + f" done in {seconds:.0f} s" + (f": {scalars}" if scalars else ""),
+                  flush=True)
         accelerator.wait_for_everyone()
         accelerator.free_memory()
     return results, histories
