@@ -31,8 +31,8 @@ print("imported:", *sorted(name for name in {heavy} if name in sys.modules))
 
 
 def imported_after(argvs: str) -> tuple[str, list[str]]:
-    proc = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY, heavy_help=HEAVY_HELP), argvs], capture_output=True, text=True,
-                          timeout=300)
+    probe = PROBE.format(heavy=HEAVY, heavy_help=HEAVY_HELP)
+    proc = subprocess.run([sys.executable, "-c", probe, argvs], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     *output, last = proc.stdout.strip().splitlines()
     assert last.startswith("imported:"), proc.stdout
