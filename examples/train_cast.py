@@ -13,7 +13,7 @@ the collate function, i.e. where the data loader runs.
 
 Writes `<output_dir>/{cast,vit}/` checkpoints with their image processors (AutoModelForImageClassification and
 AutoImageProcessor load both; CAST's with trust_remote_code=True), `results.json` (accuracies are those of the saved
-checkpoints), `loss_curves.png`, `summary.json` / `summary.png` and `hierarchy.png`, CAST's fine-to-coarse
+checkpoints), `loss_curves.png`, `summary.json` (+ `.png`: --seeds) and `hierarchy.png`, CAST's fine-to-coarse
 segmentations of test images (F-CAST Fig. 6). Two data-loader workers (`--dataloader_num_workers`) compute the
 superpixels while the model trains. Seeds (`--seeds 0,1,2`), resume, LoRA and Hub push (with
 `hf_longclip/models/cast/model_card.md`) as in train_himo.py.
@@ -35,7 +35,7 @@ from transformers import (
 from hf_longclip import CASTForImageClassification, CASTImageProcessor, CASTVisionConfig
 from hf_longclip.data.synthetic import CLASSNAMES, SHAPES, load_synthetic_scenes
 from hf_longclip.models.cast.card import CARD
-from hf_longclip.models.cast.plots import plot_segment_hierarchy
+from hf_longclip.models.cast.plots import plot_segment_hierarchies
 from hf_longclip.models.cast.task import (
     ClassificationTask,
     ImageClassificationCollator,
@@ -158,17 +158,17 @@ def main() -> None:
 @torch.no_grad()
 def plot_hierarchy(model: CASTForImageClassification, processor: CASTImageProcessor, rows, path: Path,
                    count: int = 2) -> None:
-    """CAST's segmentation of the first test images at every level (superpixels, then each graph pooling)."""
+    """CAST's segmentation of the first `count` test images at every level (superpixels, then each graph pooling),
+    one row per image in one PNG."""
     model.eval()
     device = next(model.parameters()).device
+    figure_rows = []
     for index in range(count):
         image = rows[index]["image"]
         inputs = processor([image])
         out = model.cast(inputs["pixel_values"].to(device), inputs["superpixels"].to(device))
-        target = path if index == 0 else path.with_name(f"{path.stem}_{index}{path.suffix}")
-        plot_segment_hierarchy(processor.crop(image), inputs["superpixels"][0], [a[0].cpu() for a in out.assignments],
-                               target, title=f"CAST fine-to-coarse segments, test image {index}")
-
+        figure_rows.append((processor.crop(image), inputs["superpixels"][0], [a[0].cpu() for a in out.assignments]))
+    plot_segment_hierarchies(figure_rows, path, title=f"CAST fine-to-coarse segments of {count} test images")
 
 if __name__ == "__main__":
     main()

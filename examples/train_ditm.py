@@ -21,7 +21,7 @@ Descriptiveness (Eq. 1-2) is a cached column over the training positives. Warm-u
 a frozen vision transformer for the first `ditm_warmup_epochs`.
 
 Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
-`loss_curves.png` and `levels.png` (Fig. 8(b)-(c)). Multi-GPU, DeepSpeed, resume, LoRA and Hub push as in
+`loss_curves.png` and `levels.png` (Fig. 8(b) and 8(c)). Multi-GPU, DeepSpeed, resume, LoRA and Hub push as in
 train_himo.py.
 """
 
@@ -46,7 +46,7 @@ from hf_longclip.models.ditm.descriptiveness import (
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.models.ditm.card import CARD
 from hf_longclip.models.ditm.evaluation import evaluate_hierarchy
-from hf_longclip.models.ditm.plots import plot_levels
+from hf_longclip.models.ditm.plots import LOSS_NOTES, plot_levels
 from hf_longclip.models.himo_clip.base_clip import load_clip, train_base_clip
 from hf_longclip.plots import coverage
 from hf_longclip.training.recipe import (
@@ -68,7 +68,7 @@ VARIANTS = {  # name: (fixed VSE++ margin, ordering weight or None for the confi
 BACKBONES = {"ditm": (DITMModel, DITMProcessor), "himo_clip": (HiMoCLIPModel, HiMoCLIPProcessor),
              "onelip": (OneLIPModel, OneLIPProcessor)}
 TEXT_POSITIONS = 248  # the synthetic captions run past 77 tokens
-METRICS = ("i2t_r1", "t2i_r1", "rsum", "precision", "recall", "d_corr", "d_corr_image")
+METRICS = ("r1_i2t", "r1_t2i", "rsum", "precision", "recall", "d_corr", "d_corr_image")
 BASE = "clip-infonce"
 # Fine-tuning (Sec. IV-C.2 scaled down): the backbones at a tenth of the rate of the new GPO and the projections.
 LOOP_DEFAULTS = dict(output_dir="outputs/ditm", num_train_epochs=2.0, per_device_train_batch_size=32,
@@ -154,7 +154,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args, lo
                     coverage(len(levels), len(levels) * len(levels[0]), "level texts (test split)"))
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
             card=CARD, hub_args=hub_args, run_args=run_args,
-            base_model=backbone.init_from_clip, push_variants=variants)
+            base_model=backbone.init_from_clip, push_variants=variants, loss_notes=LOSS_NOTES)
     return results
 
 

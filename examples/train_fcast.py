@@ -21,7 +21,7 @@ superpixel or patch, so the share of its pixels inside the box counts) and the a
 against the box's share of the image (what a uniform map scores).
 
 Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
-`loss_curves.png`, `summary.json` / `summary.png` and `grounding-fcast.png` / `grounding-flair.png` (three
+`loss_curves.png`, `summary.json` (+ `.png`: --seeds) and `grounding-fcast.png` / `grounding-flair.png` (three
 sub-captions per image, head-averaged attention, F-CAST's and FLAIR's models, Fig. 4 right / Fig. 7). Seeds
 (`--seeds 0,1,2`), resume, LoRA and Hub push of the F-CAST variants (with `hf_longclip/models/fcast/model_card.md`) as in
 train_himo.py.

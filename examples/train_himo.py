@@ -22,7 +22,7 @@ steps and optimiser) with its own objective:
 Evaluation on the test scenes: R@1 both ways, HiMo@2/3/K, SSI (distractor appended; lower is more stable).
 
 Writes `<output_dir>/<variant>/` checkpoints (loadable with AutoModel/AutoProcessor and trust_remote_code=True),
-`eval/<variant>.json`, `results.json`, `prefix_similarity.png`, `loss_curves.png` and `summary.json` / `summary.png`
+`eval/<variant>.json`, `results.json`, `prefix_similarity.png`, `loss_curves.png` and `summary.json` (+ `.png`: --seeds)
 (`<ablation>.json` / `.png` under `<output_dir>/<ablation>/` for an ablation); with `--seeds`, one such run per
 seed under `seed-<s>/` and the summary over them.
 

@@ -1,14 +1,15 @@
 """Adapt a 77-token CLIP to long captions in one stage with OneLIP and compare it with the baselines of its Table 1 /
 Table 4 and its Fig. 3 on the synthetic scenes.
 
-    accelerate launch examples/train_onelip.py                                      # CPU, minutes, all from scratch
+    accelerate launch examples/train_onelip.py                                      # CPU, minutes, from its own base
     accelerate launch examples/train_onelip.py --seeds 0,1,2                        # mean +- std over 3 seeds
     accelerate launch examples/train_onelip.py --base_checkpoint openai/clip-vit-base-patch16 --variants onelip
 
 First the base: a 77-token CLIP (`--base_checkpoint`: a CLIPModel directory or Hub id, ours or transformers'),
-or, without one, the short-caption CLIP-77 shared with train_himo.py: pretrained from scratch on the training
-scenes' first sentences for `--base_steps` with global InfoNCE, built once and cached under `--base_cache_dir`
-(row `clip-77`, evaluated as it is). Then
+or, without one, a short-caption CLIP-77 built by the recipe of train_himo.py's base but 64 wide (train_himo.py's is
+128 wide, so the two scripts cache two bases): pretrained from scratch on the training scenes' first sentences for
+`--base_steps` with global InfoNCE, built once and cached under `--base_cache_dir` (row `clip-77`, evaluated as it
+is). Then
 each variant starts from that base and is trained identically (same data order, steps and optimiser) in one stage:
   clip-248       Long-CLIP stretching of the position table (77 -> 248), global InfoNCE ("fine-tuned CLIP")
   onelip-pooled  OneLIP without TRIM: RoPE/NTK encoder, L_coarse + pooled distillation + contrastive (Table 4)
@@ -47,7 +48,7 @@ from hf_longclip.models.himo_clip.base_clip import evaluate_base, load_clip, sho
 from hf_longclip.models.onelip.card import CARD
 from hf_longclip.models.onelip.evaluation import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
-from hf_longclip.models.onelip.plots import plot_recall_by_length
+from hf_longclip.models.onelip.plots import loss_notes, plot_recall_by_length
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import whole_model_init
 from hf_longclip.models.onelip.negative_bank import (
@@ -239,7 +240,8 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
               f"short captions: {results[BASE]['num_short_texts']} distinct first sentences")
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
             card=CARD, hub_args=hub_args, run_args=run_args,
-            base_model=script_args.base_checkpoint or backbone.init_from_clip, push_variants=variants)
+            base_model=script_args.base_checkpoint or backbone.init_from_clip, push_variants=variants,
+            loss_notes=loss_notes(script_args.weight_switch_fraction))
     return results
 
 

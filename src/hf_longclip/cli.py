@@ -1,12 +1,20 @@
 """`hf-longclip`: the library's command line."""
 
+# How to add a command (keeps `--help` light: the `hf-longclip` script runs this file without importing the
+# `hf_longclip` package, see `hf_longclip_cli`; the package's import registers our models with transformers, which
+# imports torch, seconds): import nothing of `hf_longclip`, torch or transformers at module level or while building
+# the parser. Write a handler `_<command>(args)` that imports what it runs by absolute name (`from hf_longclip.export
+# import ...`), register it with `add_command(...).set_defaults(run=_<command>)`, and compute any text the parser
+# needs from the package only when asked: `epilog_lines=` (a function, called when the help is shown) or a `type=`
+# function (called when the option is parsed). tests/test_cli_startup.py checks each command's --help imports no torch.
+
 import argparse
 import sys
 from pathlib import Path
 
 
 def _export_code(args: argparse.Namespace) -> None:
-    from .export import export_code, stale_files
+    from hf_longclip.export import export_code, stale_files
 
     if args.check:
         stale = stale_files(args.output)
@@ -21,16 +29,19 @@ def _export_code(args: argparse.Namespace) -> None:
 
 
 def _install_metrics(args: argparse.Namespace) -> None:
-    from .metrics import install_metrics
+    from hf_longclip.metrics import install_metrics
 
     for path in install_metrics():
         print(f"installed {path}")
+    # evaluate finds a name that is not on the Hub in its cache only as a fallback, and always says so
+    print("evaluate.load('<name>') now works offline, with evaluate's notice 'Using the latest cached version of the "
+          "module' each time; hf_longclip.metrics.load('<name>') loads the packaged script without it")
 
 
 def _eval(args: argparse.Namespace) -> None:
     import json
 
-    from .evaluation import run_evaluation
+    from hf_longclip.evaluation import run_evaluation
 
     report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split, args.max_samples,
                             args.tasks, args.batch_size, args.device)
@@ -40,7 +51,7 @@ def _eval(args: argparse.Namespace) -> None:
 
 
 def _shard(args: argparse.Namespace) -> None:
-    from .data.shards import shard_source, write_shards
+    from hf_longclip.data.shards import shard_source, write_shards
 
     dataset = shard_source(args.source, args.data_dir, args.split, args.max_samples)
     manifest = write_shards(dataset, args.output_dir, args.shard_size, args.workers,
@@ -49,7 +60,7 @@ def _shard(args: argparse.Namespace) -> None:
 
 
 def _convert(args: argparse.Namespace) -> None:
-    from .conversion import convert_checkpoint, push_converted, save_converted
+    from hf_longclip.conversion import convert_checkpoint, push_converted, save_converted
 
     model, processor = convert_checkpoint(args.format, args.checkpoint, args.tokenizer, args.bpe_file)
     output = save_converted(model, processor, args.output_dir, args.text_encoder_only)
@@ -58,6 +69,53 @@ def _convert(args: argparse.Namespace) -> None:
           + ("" if processor is not None else " (no processor: pass --tokenizer or --bpe-file to add one)"))
     if args.push_to_hub:
         print(f"pushed: {push_converted(output, args.push_to_hub, args.format, args.text_encoder_only)}")
+
+
+def _dataset_name(value: str) -> str:
+    """`--dataset`: a name `hf_longclip.data.eval_datasets.load_eval_dataset` takes, checked before anything loads."""
+    from hf_longclip.data.eval_datasets import dataset_names
+
+    if value not in dataset_names():
+        raise argparse.ArgumentTypeError(f"unknown benchmark {value!r}; choose among {', '.join(dataset_names())}")
+    return value
+
+
+def _eval_epilog() -> list[str]:
+    from hf_longclip.data.benchmarks import describe_benchmarks
+    from hf_longclip.evaluation.tasks import describe_tasks
+
+    return ["tasks (each runs where the rows carry its columns):", *(f"  {line}" for line in describe_tasks()),
+            "", "benchmarks read from --data-dir (besides synthetic):",
+            *(f"  {line}" for line in describe_benchmarks())]
+
+
+def _format_name(value: str) -> str:
+    """`convert`'s FORMAT: a name of `hf_longclip.conversion.FORMATS`, checked when the command runs."""
+    from hf_longclip.conversion import FORMATS
+
+    if value not in FORMATS:
+        raise argparse.ArgumentTypeError(f"unknown format {value!r}; choose among {', '.join(FORMATS)}")
+    return value
+
+
+def _convert_epilog() -> list[str]:
+    from hf_longclip.conversion import FORMATS
+
+    return [f"formats: {', '.join(FORMATS)}", "docs/converting.md gives each format's source and a reproduction "
+            "recipe"]
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser; `epilog_lines` (a function) gives an epilog computed only when the help is shown."""
+
+    def __init__(self, *args, epilog_lines=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epilog_lines = epilog_lines
+
+    def format_help(self) -> str:
+        if self.epilog_lines is not None:
+            self.epilog = "\n".join(self.epilog_lines())
+        return super().format_help()
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -73,7 +131,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 def _task_list(value: str) -> list[str] | None:
     """`--tasks`: a comma list of `TASKS` names, checked before anything is loaded."""
-    from .evaluation.tasks import TASKS
+    from hf_longclip.evaluation.tasks import TASKS
 
     tasks = [task.strip() for task in value.split(",") if task.strip()]
     unknown = [task for task in tasks if task not in TASKS]
@@ -88,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     debug = dict(action="store_true", help="on an error, show the full traceback instead of a one-line message "
                                            "(default: off)")
     parser.add_argument("--debug", **debug)
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
 
     def add_command(name: str, help_text: str, **kwargs) -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=help_text, description=help_text, formatter_class=_HelpFormatter,
@@ -105,36 +163,28 @@ def build_parser() -> argparse.ArgumentParser:
     install = add_command("install-metrics", "install the evaluate modules so evaluate.load('<name>') works offline")
     install.set_defaults(run=_install_metrics)
 
-    from .data.benchmarks import describe_benchmarks
-    from .data.eval_datasets import dataset_names
-    from .evaluation.tasks import TASKS, describe_tasks
-
     evaluate = add_command("eval", "evaluate a model on a benchmark: JSON report and plots",
-                           epilog="tasks (each runs where the rows carry its columns):\n"
-                                  + "\n".join(f"  {line}" for line in describe_tasks())
-                                  + "\n\nbenchmarks read from --data-dir (besides synthetic):\n"
-                                  + "\n".join(f"  {line}" for line in describe_benchmarks()))
+                           epilog_lines=_eval_epilog)
     evaluate.add_argument("--model", required=True,
                           help="checkpoint directory or Hub id, ours or a CLIPModel (required)")
-    evaluate.add_argument("--dataset", required=True, choices=dataset_names(),
-                          help="benchmark to evaluate on (required)")
+    evaluate.add_argument("--dataset", required=True, type=_dataset_name,
+                          help="benchmark to evaluate on: synthetic or one listed below (required)")
     evaluate.add_argument("--data-dir", help="the benchmark's files, required except for synthetic (for synthetic: "
                                              "its cache directory; default: the datasets cache)")
     evaluate.add_argument("--split", help="split to evaluate (default: the benchmark's evaluation split)")
     evaluate.add_argument("--max-samples", type=int, help="evaluate the first N samples only (default: all)")
     evaluate.add_argument("--tasks", type=_task_list,
-                          help=f"comma list among {', '.join(TASKS)} (default: all the data supports)")
+                          help="comma list of the tasks listed below (default: all the data supports)")
     evaluate.add_argument("--batch-size", type=int, default=64, help="images or texts encoded per forward pass")
     evaluate.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-    evaluate.add_argument("--output-dir", type=Path, default=Path("eval"), help="where report.json and the plots go")
+    evaluate.add_argument("--output-dir", type=Path, default=Path("outputs/eval"),
+                          help="where report.json and the plots go (outputs/ is git-ignored)")
     evaluate.set_defaults(run=_eval)
-
-    from .conversion import FORMATS
 
     convert = add_command("convert", "convert released weights (Long-CLIP, HiMo-CLIP, OpenAI CLIP, open_clip, ...) "
                                      "into a checkpoint that loads with AutoModel / AutoProcessor",
-                          epilog="docs/converting.md gives each format's source and a reproduction recipe")
-    convert.add_argument("format", choices=list(FORMATS), help="the checkpoint's release format")
+                          epilog_lines=_convert_epilog)
+    convert.add_argument("format", type=_format_name, help="the checkpoint's release format (listed below)")
     convert.add_argument("checkpoint", type=Path, help="the released .pt / .pth / .bin / .safetensors file (read "
                                                         "as weights only: no code from it runs)")
     convert.add_argument("output_dir", type=Path, help="where the converted checkpoint goes")

@@ -11,7 +11,8 @@ Each model's own figures are in `hf_longclip.models.<arch>.plots`, drawn with `p
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
@@ -25,10 +26,13 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path: str | Path) -> Path:
-    """Lay out `fig`, write it to `path` as a PNG and close it; returns the path."""
-    fig.tight_layout()
+def save_figure(fig, path: str | Path, layout: bool = True) -> Path:
+    """Lay out `fig` (unless `layout=False`: the caller did), write it to `path` as a PNG (its folder created) and
+    close it; returns the path."""
+    if layout:
+        fig.tight_layout()
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     pyplot().close(fig)
     return path
@@ -54,26 +58,50 @@ def plot_prefix_similarity(curves: dict[str, Sequence[float]], path: str | Path,
     return save_figure(fig, path)
 
 
-def plot_loss_curves(histories: dict[str, Sequence[dict]], path: str | Path, title: str = "Training loss") -> Path:
-    """Save a PNG of the training loss against the optimizer step, one line per run: the loss in the first panel
-    and, when a run's objective has several terms, one panel per term (terms differ in scale). Each point is the
-    mean over its logging window, as the loop records it."""
+def run_styles(names: Sequence[str]) -> dict[str, dict]:
+    """A distinct line style per run, the same in every panel of a figure: tab10's ten colours, solid, then the same
+    colours dashed, dotted, dash-dotted for runs 11 to 40 (`ax.plot(..., **styles[name])`)."""
+    colours = pyplot().get_cmap("tab10").colors
+    return {name: {"color": colours[index % 10], "linestyle": ("-", "--", ":", "-.")[index // 10 % 4]}
+            for index, name in enumerate(names)}
+
+
+def plot_loss_curves(histories: dict[str, Sequence[dict]], path: str | Path, title: str = "Training loss",
+                     notes: Mapping[str, str] | None = None) -> Path:
+    """Save a PNG of the training loss against the optimizer step, one line per run in one colour throughout: the
+    loss in the first panel and, when a run's objective has several terms, one panel per term (terms differ in scale),
+    at most three panels a row. Each point is the mean over its logging window, as the loop records it. `notes`
+    ({panel key: text}) explains a panel under its title, e.g. a weight that changes during training."""
     plt = pyplot()
+    notes = notes or {}
     terms = list(dict.fromkeys(key for history in histories.values() for record in history for key in record
                                if key.endswith("_loss") and key != "eval_loss"))
     panels = ["loss", *terms]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
-    for ax, key in zip(axes[0], panels):
+    rows = -(-len(panels) // 3)
+    columns = -(-len(panels) // rows)  # at most three a row, rows filled evenly (4 panels: 2 x 2)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.6 * rows + 0.25 * len(histories) / columns),
+                             squeeze=False)
+    styles = run_styles(list(histories))
+    for ax, key in zip(axes.flat, panels):
         for name, history in histories.items():
             logged = [record for record in history if key in record]
             if logged:
-                ax.plot([record["step"] for record in logged], [record[key] for record in logged], label=name)
+                ax.plot([record["step"] for record in logged], [record[key] for record in logged], label=name,
+                        **styles[name])
         ax.set_xlabel("optimizer step")
-        ax.set_title("loss (each run's own objective)" if key == "loss" else key, fontsize=10)
+        heading = "loss (each run's own objective)" if key == "loss" else key
+        note = textwrap.fill(notes[key], 56) if key in notes else ""
+        ax.set_title(f"{heading}\n{note}".strip(), fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
     fig.suptitle(f"{title} (mean over each logging window)")
-    return save_figure(fig, path)
+    fig.tight_layout()
+    handles, labels = axes[0, 0].get_legend_handles_labels()  # the first panel has every run
+    legend_rows = -(-len(labels) // 6)
+    fig.subplots_adjust(bottom=fig.subplotpars.bottom + 0.05 * legend_rows / rows)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+    return save_figure(fig, path, layout=False)
 
 
 def plot_seed_summary(summary: dict[str, dict[str, dict]], metrics: Sequence[str], path: str | Path,
@@ -84,8 +112,8 @@ def plot_seed_summary(summary: dict[str, dict[str, dict]], metrics: Sequence[str
     variants = list(summary)
     columns = min(len(metrics), 4)
     rows = -(-len(metrics) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 0.45 * len(variants) * rows + 1.6 * rows),
-                             squeeze=False)
+    fig, axes = plt.subplots(rows, columns, squeeze=False,
+                             figsize=(max(3.4 * columns, 6.0), 0.45 * len(variants) * rows + 1.6 * rows + 0.4))
     for ax, metric in zip(axes.flat, metrics):
         cells = [summary[variant][metric] for variant in variants]
         positions = range(len(variants))
@@ -107,7 +135,7 @@ def plot_seed_summary(summary: dict[str, dict[str, dict]], metrics: Sequence[str
     for ax in list(axes.flat)[len(metrics):]:
         ax.axis("off")
     n = next(iter(summary.values()))[metrics[0]]["n"]
-    fig.suptitle(f"{title}\ndiamond: mean over {n} seed(s), whisker: ± std, dots: each seed", fontsize=10)
+    fig.suptitle(f"{title}\ndiamond: mean over {n} seeds, whisker: ± std, dots: each seed", fontsize=10)
     return save_figure(fig, path)
 
 
@@ -131,4 +159,4 @@ def plot_recalls(retrieval: dict, path: str | Path, title: str = "") -> Path:
 
 
 __all__ = ["coverage", "plot_loss_curves", "plot_prefix_similarity", "plot_recalls", "plot_seed_summary", "pyplot",
-           "save_figure"]
+           "run_styles", "save_figure"]

@@ -179,6 +179,7 @@ def train(
     accelerator: Accelerator,
     run_name: str = "train",
     eval_dataset: Dataset | None = None,
+    progress_label: str | None = None,
 ) -> tuple[torch.nn.Module, list[dict]]:
     """Train `task.model` on the sum of `task.compute_loss`'s terms (see `hf_longclip.training.task`).
 
@@ -253,7 +254,7 @@ def train(
     accelerator.wait_for_everyone()
     task.restore_files(None if resume is None else resume / TASK_FILES, accelerator)
 
-    progress = tqdm(total=total_steps, initial=step, desc=run_name, disable=not accelerator.is_local_main_process)
+    progress = tqdm(total=total_steps, initial=step, desc=progress_label or run_name, disable=not accelerator.is_local_main_process)
     model.train()
     while step < total_steps:
         if args.train_shards:

@@ -153,13 +153,16 @@ def train_variants(
     loop_args: LoopArguments,
     lora_args: LoraArguments,
     auto_class: type = AutoModel,
+    phase: str = "",
 ) -> tuple[dict[str, dict], dict[str, list[dict]]]:
-    """Train, save and evaluate each variant; return {variant: metrics} and {variant: history}.
+    """Train, save and evaluate each variant; return {variant: metrics} and {variant: history}. `phase` prefixes the
+    progress bar's label (e.g. "base pretraining"), so a base is not mistaken for a fine-tuned variant.
 
     `build(variant) -> (task, processor)` is called with every variant built whole (also under ZeRO-3) from the
     same seed; `evaluate(model, processor)` runs on the main process on the checkpoint reloaded with
     `auto_class.from_pretrained(..., trust_remote_code=True)`; its metrics gain `train_seconds`. A resumed run
-    (`--resume_from_checkpoint`) skips variants whose evaluation is already written.
+    (`--resume_from_checkpoint`) skips variants whose evaluation is already written, and says so. Each finished
+    variant prints its metrics at once: a run stopped early (a timeout) leaves the rows it finished.
     """
     if lora_args.lora_r > 0 and getattr(accelerator.state.deepspeed_plugin, "zero_stage", None) == 3:
         raise SystemExit("LoRA under ZeRO-3 is not supported (merging needs whole weights): use ZeRO-2 or DDP")
@@ -169,6 +172,7 @@ def train_variants(
         eval_file = output_dir / "eval" / f"{variant}.json"  # written last: a resumed run skips finished variants
         if loop_args.resume_from_checkpoint and eval_file.is_file():
             results[variant], histories[variant] = json.loads(eval_file.read_text()).values()
+            accelerator.print(f"{variant}: finished in an earlier run, skipped ({eval_file})")
             continue
         with whole_model_init(accelerator):
             task, processor = build(variant)
@@ -180,7 +184,8 @@ def train_variants(
             logger.info(f"{variant}: LoRA trains {trainable:,} of {total:,} parameters", main_process_only=True)
         start = time.perf_counter()
         model, histories[variant] = train(task, dataset["train"], loop_args, accelerator, run_name=variant,
-                                          eval_dataset=dataset["validation"])
+                                          eval_dataset=dataset["validation"],
+                                          progress_label=f"{phase} {variant}".strip())
         seconds = time.perf_counter() - start
         if lora_args.lora_r > 0:
             save_model(accelerator, model, output_dir / f"{variant}-lora" / "adapter")
@@ -194,6 +199,11 @@ def train_variants(
                                 "train_seconds": round(seconds, 1)}
             eval_file.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(eval_file, json.dumps({"results": results[variant], "history": histories[variant]}))
+            scalars = ", ".join(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}"
+                                for key, value in results[variant].items()
+                                if isinstance(value, int | float) and key != "train_seconds")
+            print(f"{phase} {variant}".strip() + f" done in {seconds:.0f} s" + (f": {scalars}" if scalars else ""),
+                  flush=True)
         accelerator.wait_for_everyone()
         accelerator.free_memory()
     return results, histories
@@ -204,9 +214,9 @@ def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args:
                    name: str = "summary", title: str = "") -> dict | None:
     """A script's whole run, `run(loop_args) -> {variant: metrics}`, once with `--seed` or, with `--seeds 0,1,2`, once
     per seed with that seed and its own `<output_dir>/seed-<s>/` (each resumable). Then, on the main process,
-    `<output_dir>/<name>.json` (every seed's results and `summarize_seeds`), `<name>.png` (each metric's mean, std and
-    seeds per variant) and, for several seeds, the table of mean +- std on stdout. Returns the summary (main
-    process)."""
+    `<output_dir>/<name>.json` (every seed's results and `summarize_seeds`) and, for several seeds, `<name>.png` (each
+    metric's mean, std and seeds per variant) and the table of mean +- std on stdout (one seed: the run's own table
+    says it all). Returns the summary (main process)."""
     seeds = loop_args.seed_list()
     if len(seeds) > 1 and hub_args.push_to_hub:
         raise SystemExit("--push_to_hub with several --seeds would push each seed's checkpoints to the same repos: "
@@ -224,8 +234,8 @@ def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args:
     write_atomic(output_dir / f"{name}.json", json.dumps(
         {"seeds": list(runs), "metrics": list(metrics), "summary": summary,
          "runs": {str(seed): results for seed, results in runs.items()}}, indent=2))
-    plot_seed_summary(summary, metrics, output_dir / f"{name}.png", title or f"{name}: {len(runs)} seed(s)")
     if len(runs) > 1:
+        plot_seed_summary(summary, metrics, output_dir / f"{name}.png", title or f"{name}: {len(runs)} seeds")
         print(f"\nmean ± std over seeds {list(runs)} ({output_dir / name}.json, .png):")
         print(format_table(summary, metrics))
     return summary
@@ -243,16 +253,19 @@ def publish(
     run_args: Mapping,
     base_model: str | None = None,
     push_variants: Sequence[str] | None = None,
+    loss_notes: Mapping[str, str] | None = None,
 ) -> None:
-    """Main process: `results.json`, `loss_curves.png`, the table on stdout and, with `--push_to_hub`, each variant's
+    """Main process: `results.json`, `loss_curves.png`, the table on stdout (`metrics`, then the training seconds) and, with `--push_to_hub`, each variant's
     checkpoint pushed with its card (`run_args`: every argument of the run, shown in the card; `push_variants`: the
-    variants to push, default all, e.g. to leave out a row whose checkpoint this run did not write)."""
+    variants to push, default all, e.g. to leave out a row whose checkpoint this run did not write; `loss_notes`: see
+    `plot_loss_curves`)."""
     if not accelerator.is_main_process:
         return
     output_dir = Path(output_dir)
     (output_dir / "results.json").write_text(json.dumps({"results": results, "training": histories}, indent=2))
-    plot_loss_curves(histories, output_dir / "loss_curves.png")
-    print(format_table(results, metrics))
+    plot_loss_curves(histories, output_dir / "loss_curves.png", notes=loss_notes)
+    trained = any("train_seconds" in values for values in results.values())
+    print(format_table(results, [*metrics, *(["train_seconds"] if trained else [])]))
     print(f"\ncheckpoints, results.json and plots in {output_dir}/")
     if not hub_args.push_to_hub:
         return

@@ -7,19 +7,41 @@ import math
 from collections.abc import Mapping, Sequence
 
 
-def _cell(value) -> str:
-    """A table cell: a number, or a seed summary as mean +- std (mean alone for one seed)."""
+# The one vocabulary of the printed tables, every script alike: results key -> (column header, decimals). Percentages
+# (recalls, HiMo@2/3, SSI, accuracies, grounding) get one decimal, correlations and fractions three; a key not
+# listed is its own header, with three decimals.
+COLUMNS = {
+    "r1_i2t": ("R@1 I2T", 1), "r1_t2i": ("R@1 T2I", 1), "rsum": ("RSUM", 1),
+    "short_r1_i2t": ("short I2T", 1), "short_r1_t2i": ("short T2I", 1),
+    "hard_r1_i2t": ("hard I2T", 1), "hard_r1_t2i": ("hard T2I", 1),
+    "himo@2": ("HiMo@2", 1), "himo@3": ("HiMo@3", 1), "himo@k": ("HiMo@K", 3), "ssi": ("SSI", 1),
+    "precision": ("HierarCaps P", 3), "recall": ("HierarCaps R", 3),
+    "d_corr": ("d_corr root", 3), "d_corr_image": ("d_corr image", 3),
+    "pointing_game": ("pointing game", 1), "box_mass": ("mass in box", 1),
+    "test_accuracy": ("accuracy", 1), "train_seconds": ("train s", 0),
+}
+
+
+def _cell(value, decimals: int) -> str:
+    """A table cell: a number, or a seed summary as mean +- std (mean alone for one seed); "-" where missing."""
+    if value is None:
+        return "-"
     if isinstance(value, Mapping):
-        return f"{value['mean']:.3f}" if value["n"] == 1 else f"{value['mean']:.3f}±{value['std']:.3f}"
-    return f"{value:.3f}"
+        mean = f"{value['mean']:.{decimals}f}"
+        return mean if value["n"] == 1 else f"{mean}±{value['std']:.{decimals}f}"
+    return f"{value:.{decimals}f}"
 
 
 def format_table(results: Mapping[str, Mapping], metrics: Sequence[str]) -> str:
-    """One row per variant, one column per metric; cells are numbers or `summarize_seeds` summaries."""
-    cells = {variant: [_cell(values[name]) for name in metrics] for variant, values in results.items()}
+    """One row per variant, one column per metric, headed and rounded as `COLUMNS` says; cells are numbers or
+    `summarize_seeds` summaries ("-" where a row lacks the metric, e.g. `train_seconds` of a base evaluated as is)."""
+    headers = [COLUMNS.get(name, (name, 3))[0] for name in metrics]
+    cells = {variant: [_cell(values.get(name), COLUMNS.get(name, (name, 3))[1]) for name in metrics]
+             for variant, values in results.items()}
     width = max([12, *(len(variant) + 2 for variant in results)])
-    columns = [max(10, len(name) + 2, *(len(row[i]) + 2 for row in cells.values())) for i, name in enumerate(metrics)]
-    header = f"{'model':<{width}}" + "".join(f"{name:>{column}}" for name, column in zip(metrics, columns))
+    columns = [max(8, len(header) + 2, *(len(row[i]) + 2 for row in cells.values()))
+               for i, header in enumerate(headers)]
+    header = f"{'model':<{width}}" + "".join(f"{name:>{column}}" for name, column in zip(headers, columns))
     rows = [f"{variant:<{width}}" + "".join(f"{cell:>{column}}" for cell, column in zip(row, columns))
             for variant, row in cells.items()]
     return "\n".join([header, "-" * len(header), *rows])

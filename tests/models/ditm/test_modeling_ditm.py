@@ -259,7 +259,7 @@ def test_model_card_renders_the_table_iv_metrics(tmp_path):
     from hf_longclip.models.ditm.card import CARD as DITM_CARD
     from hf_longclip.training.hub import build_model_card
 
-    results = {"i2t_r1": 41.5, "t2i_r1": 30.25, "rsum": 350.0, "precision": 0.5, "recall": 0.625, "d_corr": 0.4,
+    results = {"r1_i2t": 41.5, "r1_t2i": 30.25, "rsum": 350.0, "precision": 0.5, "recall": 0.625, "d_corr": 0.4,
                "d_corr_image": 0.3}
     model = tiny_ditm()
     config = {**model.config.to_dict(), **DITMTask(model, None).options()}  # as `publish` merges them

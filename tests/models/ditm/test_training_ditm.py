@@ -39,8 +39,8 @@ def test_table_iv_miniature_and_levels_plot(datasets_cache, tmp_path):
                         "--per_device_train_batch_size", str(GLOBAL_BATCH)),
                  script_env(datasets_cache), tmp_path)
     header = result.stdout.splitlines()
-    assert any(line.split()[:8] == ["model", "i2t_r1", "t2i_r1", "rsum", "precision", "recall", "d_corr",
-                                    "d_corr_image"] for line in header)
+    assert any(line.split() == ["model", "R@1", "I2T", "R@1", "T2I", "RSUM", "HierarCaps", "P", "HierarCaps", "R",
+                                "d_corr", "root", "d_corr", "image", "train", "s"] for line in header)
     results = json.loads((tmp_path / "results.json").read_text())
     assert list(results["results"]) == ["clip-infonce", "vse++", "adaptive", "adaptive+order"]
     assert len(results["training"]["clip-infonce"]) == 2  # the base CLIP: --base_steps, global InfoNCE

@@ -40,7 +40,8 @@ def test_train_fcast_end_to_end(engine, tmp_path):
     variants = VARIANTS if engine[-1] == "1" else ["flair", "fcast"]  # sharded: the ViT and CAST towers
     result = run(launch(tmp_path / "run", engine, "--per_device_train_batch_size", batch, "--variants",
                         ",".join(variants)), script_env(tmp_path / "ds"), tmp_path)
-    assert "pointing_game" in result.stdout and all(name in result.stdout for name in variants)
+    assert "pointing game" in result.stdout and "train s" in result.stdout
+    assert all(name in result.stdout for name in variants)
     report = json.loads((tmp_path / "run" / "results.json").read_text())
     assert list(report["results"]) == variants
     for metrics in report["results"].values():

@@ -79,7 +79,7 @@ def test_table_and_figure_3_from_scratch(datasets_cache, tmp_path):
                         "--per_device_train_batch_size", str(GLOBAL_BATCH), "--table4_train", "16",
                         "--table4_epochs", "1", "--hnm_queue_size", "4"),
                  script_env(datasets_cache), tmp_path)
-    header = ["model", "r1_i2t", "r1_t2i", "short_r1_i2t", "short_r1_t2i", "hard_r1_i2t", "hard_r1_t2i"]
+    header = "model R@1 I2T R@1 T2I short I2T short T2I hard I2T hard T2I train s".split()
     lines = result.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split() == header)
     rows = [line.split()[0] for line in lines[start + 2: start + 14]]

@@ -1,7 +1,7 @@
 """DITM's evaluation in miniature (Table IV, Fig. 8(c)) on rows with `captions` and HierarCaps-style `levels` (the
 synthetic scenes): retrieval, HierarCaps precision / recall / d_corr and the image-text distance per level.
 
-    evaluate_hierarchy(model, processor, test, batch_size=64)   # {"i2t_r1", "rsum", "d_corr", "distance_by_level", ...}
+    evaluate_hierarchy(model, processor, test, batch_size=64)   # {"r1_i2t", "rsum", "d_corr", "distance_by_level", ...}
 
 Library-side only: the remote code of the model (configuration_, modeling_, processing_ditm.py) never imports it.
 """
@@ -24,6 +24,6 @@ def evaluate_hierarchy(model, processor, test, batch_size: int) -> dict:
     levels = test["levels"]
     text_embeds = encode([text for chain in levels for text in chain])
     distances = (text_embeds.reshape(len(levels), len(levels[0]), -1) - image_embeds[:, None]).norm(dim=-1)
-    return {**{key: retrieval[key] for key in ("i2t_r1", "t2i_r1", "rsum")},
+    return {"r1_i2t": retrieval["i2t_r1"], "r1_t2i": retrieval["t2i_r1"], "rsum": retrieval["rsum"],
             **{key: hierarchy[key] for key in ("precision", "recall", "d_corr", "d_corr_image")},
             "distance_by_level": distances.mean(dim=0).tolist(), "num_images": len(test)}

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.logging import get_logger
 from accelerate.utils import set_seed
+from filelock import FileLock, Timeout
 from transformers import AutoModel, CLIPModel
 
 from hf_longclip.data.collate import ImageTextCollator
@@ -30,8 +31,6 @@ from .configuration_himo_clip import HiMoCLIPConfig
 from .modeling_himo_clip import HiMoCLIPModel
 from .processing_himo_clip import HiMoCLIPProcessor
 from .task import HiMoCLIPTask
-
-logger = get_logger(__name__)
 
 
 def base_clip_task(backbone: BackboneArguments, dataset, positions: int, seed: int):
@@ -54,7 +53,7 @@ def train_base_clip(accelerator: Accelerator, name: str, backbone: BackboneArgum
                         lr_multipliers="", layer_decay=1.0)
     results, histories = train_variants(
         accelerator, [name], lambda _: base_clip_task(backbone, dataset, positions, loop_args.seed), evaluate,
-        dataset, base_args, LoraArguments(),
+        dataset, base_args, LoraArguments(), phase="base pretraining",
     )
     return str(Path(loop_args.output_dir) / name), results, histories
 
@@ -80,21 +79,50 @@ def short_caption_base(accelerator: Accelerator, backbone: BackboneArguments, da
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
     root = Path(backbone.base_cache_dir) / f"clip77-{key}"
     checkpoint = root / SHORT_BASE
-    if (checkpoint / "config.json").is_file():  # written last, atomically, by save_model
-        logger.info(f"reusing the short-caption base CLIP-77 at {checkpoint}", main_process_only=True)
-        return str(checkpoint)
-    short = {split: dataset[split].map(lambda row: {"caption": " ".join(row["sentences"][:backbone.base_sentences])})
-             for split in ("train", "validation")}
-    base_args = replace(loop_args, output_dir=str(root), max_steps=backbone.base_steps, seed=backbone.base_seed,
-                        learning_rate=backbone.base_learning_rate, lr_multipliers="", layer_decay=1.0,
-                        warmup_steps=max(1, backbone.base_steps // 10), seeds="")
-    if accelerator.is_main_process:
-        root.mkdir(parents=True, exist_ok=True)
-        write_atomic(root / "recipe.json", json.dumps(recipe, indent=2))
-    train_variants(accelerator, [SHORT_BASE],
-                   lambda _: base_clip_task(backbone, dataset, SHORT_BASE_LENGTH, backbone.base_seed),
-                   lambda model, processor: {}, short, base_args, LoraArguments())
+    with _one_builder(accelerator, root):
+        if (checkpoint / "config.json").is_file():  # written last, atomically, by save_model
+            accelerator.print(f"base CLIP-77: reusing the cached short-caption base at {checkpoint}")
+            return str(checkpoint)
+        accelerator.print(f"base CLIP-77: pretraining the short-caption base ({backbone.base_steps} steps, "
+                          f"{backbone.hidden_size} wide), cached at {checkpoint} for later runs")
+        short = {split: dataset[split].map(
+                     lambda row: {"caption": " ".join(row["sentences"][:backbone.base_sentences])})
+                 for split in ("train", "validation")}
+        base_args = replace(loop_args, output_dir=str(root), max_steps=backbone.base_steps, seed=backbone.base_seed,
+                            learning_rate=backbone.base_learning_rate, lr_multipliers="", layer_decay=1.0,
+                            warmup_steps=max(1, backbone.base_steps // 10), seeds="")
+        if accelerator.is_main_process:
+            root.mkdir(parents=True, exist_ok=True)
+            # what built it, besides the key: another thread count or torch version gives other (close) weights
+            built_with = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+                          "processes": accelerator.num_processes}
+            write_atomic(root / "recipe.json", json.dumps({**recipe, "built_with": built_with}, indent=2))
+        train_variants(accelerator, [SHORT_BASE],
+                       lambda _: base_clip_task(backbone, dataset, SHORT_BASE_LENGTH, backbone.base_seed),
+                       lambda model, processor: {}, short, base_args, LoraArguments(), phase="base pretraining")
     return str(checkpoint)
+
+
+@contextmanager
+def _one_builder(accelerator: Accelerator, root: Path) -> Iterator[None]:
+    """Hold `<root>.lock` while a cached base is checked and built, so that of several runs wanting the same base at
+    once one builds it and the others wait, then reuse it (rather than two builds racing, each with its own numerics).
+    The main process takes the lock for its run; the other processes of the run wait for it."""
+    lock = FileLock(str(root) + ".lock")
+    if accelerator.is_main_process:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            accelerator.print(f"base CLIP-77: another run is building {root}; waiting for it")
+            lock.acquire()
+    accelerator.wait_for_everyone()
+    try:
+        yield
+    finally:
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            lock.release()
 
 
 def load_clip(path: str):

@@ -1,13 +1,25 @@
-"""OneLIP's figure: R@1 against the maximum training length (Fig. 3).
+"""OneLIP's figure: R@1 against the maximum training length (Fig. 3); and what its loss curves need explained.
 
 Imported explicitly: neither `hf_longclip.models.onelip` nor the model's remote code imports it, so that matplotlib
 (`hf-longclip[plots]`) stays optional."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 from ...plots import pyplot, save_figure
+from .objective import OneLIPLoss
+
+
+def loss_notes(switch_fraction: float) -> dict[str, str]:
+    """`plot_loss_curves` notes: each term is logged with its Eq. 10 weight, which changes at the weight switch
+    (Sec. 4.1), so the logged distillation terms jump there while the losses themselves do not."""
+    parameters = inspect.signature(OneLIPLoss).parameters  # the weights every script's OneLIPTask uses
+    before, after = parameters["weights"].default, parameters["weights_after"].default
+    when = f"at the weight switch ({switch_fraction:.0%} of each run's steps): the jump is the weight's"
+    return {"coarse_loss": f"logged × its Eq. 10 weight, {before[0]} → {after[0]} {when}",
+            "token_loss": f"logged × its Eq. 10 weight, {before[1]} → {after[1]} {when}"}
 
 
 def plot_recall_by_length(panels: dict[str, dict[str, dict[int, float]]], path: str | Path, covers: str,
