@@ -7,7 +7,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,23 +17,19 @@ from hf_longclip.cli import main
 from hf_longclip.evaluation import TASKS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-# Before the fix, an unreachable Hub cost ~46 s of retries (1+2+4+8+8 s for each of two files) before a traceback.
-# This bound leaves room for the ~7 s the package takes to import on a loaded machine, and stays below those retries.
-FAST = 40
 
 
-def run(args: list[str], tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, float]:
+def run(args: list[str], tmp_path: Path, **env) -> subprocess.CompletedProcess:
     """Run `args` in a fresh interpreter from an empty directory, with a Hub cache of its own under `tmp_path` and
-    the Hub offline unless `env` says otherwise; return the process and its duration in seconds."""
+    the Hub offline unless `env` says otherwise. (How long the errors take is not asserted here: no timed assertions
+    in tests.)"""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
     environ.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1")
     environ.update(env)
     environ = {k: v for k, v in environ.items() if v is not None}
     workdir = tmp_path / "cwd"
     workdir.mkdir(exist_ok=True)
-    start = time.monotonic()
-    proc = subprocess.run(args, cwd=workdir, env=environ, capture_output=True, text=True, timeout=300)
-    return proc, time.monotonic() - start
+    return subprocess.run(args, cwd=workdir, env=environ, capture_output=True, text=True, timeout=300)
 
 
 def cli(*args: str) -> list[str]:
@@ -71,7 +66,7 @@ def himo_checkpoint(tmp_path_factory) -> Path:
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("model", ["outputs/himo/does-not-exist", "./does-not-exist"])
 def test_missing_checkpoint_directory_is_one_line(model, tmp_path):
-    proc, _ = run(cli("eval", "--model", model, "--dataset", "synthetic"), tmp_path)
+    proc = run(cli("eval", "--model", model, "--dataset", "synthetic"), tmp_path)
     line = error_line(proc)
     assert model in line and "does not exist" in line and "directory" in line
     assert "Repo id" not in line  # not mistaken for a malformed Hub id
@@ -81,16 +76,15 @@ def test_missing_checkpoint_directory_is_one_line(model, tmp_path):
 def test_debug_shows_the_traceback(where, tmp_path):
     args = ["eval", "--model", "outputs/himo/does-not-exist", "--dataset", "synthetic"]
     args = ["--debug", *args] if where == "before the command" else [*args, "--debug"]
-    proc, _ = run(cli(*args), tmp_path)
+    proc = run(cli(*args), tmp_path)
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr and "FileNotFoundError" in proc.stderr, proc.stderr[-3000:]
     assert "outputs/himo/does-not-exist" in proc.stderr
 
 
 def test_hub_id_offline_fails_fast_saying_what_to_do(tmp_path):
-    proc, seconds = run(cli("eval", "--model", "openai/clip-vit-base-patch32", "--dataset", "synthetic"), tmp_path)
+    proc = run(cli("eval", "--model", "openai/clip-vit-base-patch32", "--dataset", "synthetic"), tmp_path)
     line = error_line(proc)
-    assert seconds < FAST, seconds
     assert "openai/clip-vit-base-patch32" in line and "HF_HUB_OFFLINE" in line
     assert "download it first" in line and "local checkpoint directory" in line
 
@@ -98,10 +92,9 @@ def test_hub_id_offline_fails_fast_saying_what_to_do(tmp_path):
 def test_hub_id_without_network_fails_fast_without_retries(tmp_path):
     """The Hub refuses connections (no HF_HUB_OFFLINE): one short probe, not huggingface_hub's retries."""
     endpoint = f"http://127.0.0.1:{closed_port()}"
-    proc, seconds = run(cli("eval", "--model", "openai/clip-vit-base-patch32", "--dataset", "synthetic"), tmp_path,
+    proc = run(cli("eval", "--model", "openai/clip-vit-base-patch32", "--dataset", "synthetic"), tmp_path,
                         HF_HUB_OFFLINE=None, HF_ENDPOINT=endpoint)
     line = error_line(proc)
-    assert seconds < FAST, seconds
     assert "cannot reach the Hub" in line and "openai/clip-vit-base-patch32" in line and "download it first" in line
 
 
@@ -116,18 +109,17 @@ def test_cached_hub_id_loads_from_the_cache_without_network(tmp_path):
     (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
     script = ("from hf_longclip.evaluation import load_model; "
               "model, processor = load_model('someone/tiny-clip', 'cpu'); print(type(model).__name__)")
-    proc, seconds = run([sys.executable, "-c", script], tmp_path, HF_HUB_OFFLINE=None,
+    proc = run([sys.executable, "-c", script], tmp_path, HF_HUB_OFFLINE=None,
                         HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "CLIPModel"
-    assert seconds < FAST, seconds
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # --tasks
 # ---------------------------------------------------------------------------------------------------------------
 def test_unknown_task_lists_the_valid_ones(himo_checkpoint, tmp_path):
-    proc, _ = run(cli("eval", "--model", str(himo_checkpoint), "--dataset", "synthetic", "--tasks", "retrieval,bogus",
+    proc = run(cli("eval", "--model", str(himo_checkpoint), "--dataset", "synthetic", "--tasks", "retrieval,bogus",
                       "--data-dir", str(tmp_path / "synthetic")), tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
@@ -184,7 +176,7 @@ def test_every_cli_option_has_help_and_default(command, expected, capsys, monkey
 
 
 def test_every_train_himo_option_has_help_and_default(tmp_path):
-    proc, _ = run([sys.executable, str(EXAMPLES / "train_himo.py"), "--help"], tmp_path)
+    proc = run([sys.executable, str(EXAMPLES / "train_himo.py"), "--help"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected = {"--variants", "--dataset_seed", "--num_train", "--patch_size", "--learning_rate", "--adam_beta2",
                 "--warmup_steps", "--logging_steps", "--per_device_eval_batch_size", "--lora_r", "--push_to_hub",
