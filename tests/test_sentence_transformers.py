@@ -1,0 +1,75 @@
+"""Every dual encoder saved with `save_sentence_transformer` loads with `SentenceTransformer(path,
+trust_remote_code=True)`, whose `encode` returns the model's own normalised text and image embeddings, long captions
+read to the model's length (not CLIP's 77)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import CAPTIONS, char_clip_tokenizer, random_images, tiny_himo, tiny_processor, tiny_sub_configs
+from test_diffusion_text_encoder import FIRST_DIFFERENCE, LATE_CHANGE, PROMPT
+from test_fcast_model import CAPTIONS as SCENE_CAPTIONS
+from test_fcast_model import tiny_fcast
+from test_fcast_model import tiny_processor as tiny_fcast_processor
+
+from hf_longclip import DITMConfig, DITMModel, DITMProcessor, OneLIPConfig, OneLIPModel, OneLIPProcessor
+from hf_longclip.sentence_embedding import save_sentence_transformer
+
+sentence_transformers = pytest.importorskip("sentence_transformers")
+from sentence_transformers import SentenceTransformer  # noqa: E402
+
+LONG = 248
+
+
+def clip_like(model_class, processor_class):
+    torch.manual_seed(0)
+    config_class = model_class.config_class
+    model = model_class(config_class(**tiny_sub_configs(LONG))).eval()
+    processor = processor_class(image_processor=tiny_processor().image_processor, tokenizer=char_clip_tokenizer(),
+                                max_length=LONG)
+    return model, processor
+
+
+def build(name: str):
+    """(model, processor, long captions) of one dual encoder."""
+    if name == "himo_clip":
+        return tiny_himo(seed=1), tiny_processor(), [PROMPT, LATE_CHANGE, *CAPTIONS]
+    if name == "ditm":
+        return (*clip_like(DITMModel, DITMProcessor), [PROMPT, LATE_CHANGE, *CAPTIONS])
+    if name == "onelip":
+        return (*clip_like(OneLIPModel, OneLIPProcessor), [PROMPT, LATE_CHANGE, *CAPTIONS])
+    return tiny_fcast().eval(), tiny_fcast_processor(), SCENE_CAPTIONS
+
+
+@pytest.mark.parametrize("name", ["himo_clip", "ditm", "onelip", "fcast"])
+def test_sentence_transformer_encodes_as_the_model(name, tmp_path):
+    model, processor, captions = build(name)
+    save_sentence_transformer(model, processor, tmp_path)
+    encoder = SentenceTransformer(str(tmp_path), trust_remote_code=True, device="cpu")
+    images = random_images(3)
+    texts = encoder.encode(captions, convert_to_tensor=True)
+    pictures = encoder.encode(images, convert_to_tensor=True)
+    with torch.no_grad():
+        expected_texts = model.get_text_features(**processor(text=captions, padding="longest")).pooler_output
+        expected_images = model.get_image_features(**processor(images=images)).pooler_output
+    assert torch.allclose(texts, F.normalize(expected_texts, dim=-1), atol=1e-6)
+    assert torch.allclose(pictures, F.normalize(expected_images, dim=-1), atol=1e-6)
+    assert torch.allclose(texts.norm(dim=-1), torch.ones(len(captions)))
+    if name != "fcast":  # the two prompts differ only after token 100: read whole, they embed apart
+        assert (processor(text=[PROMPT])["input_ids"] != processor.tokenizer.eos_token_id).sum() > FIRST_DIFFERENCE
+        assert not torch.allclose(texts[0], texts[1], atol=1e-4)
+
+
+def test_captions_longer_than_the_model_are_cut_at_its_length_not_77(tmp_path):
+    model, processor, _ = build("himo_clip")
+    encoder = save_sentence_transformer(model, processor, tmp_path)
+    too_long = PROMPT * 3  # 372 tokens
+    ids = processor(text=[too_long])["input_ids"]
+    assert ids.shape == (1, LONG) and ids[0, -1] == processor.tokenizer.eos_token_id
+    with torch.no_grad():
+        expected = F.normalize(model.get_text_features(input_ids=ids).pooler_output, dim=-1)
+    assert torch.allclose(encoder.encode([too_long], convert_to_tensor=True), expected, atol=1e-6)
+
+
+def test_a_model_without_both_towers_is_refused(tmp_path):
+    with pytest.raises(TypeError, match="not a dual encoder"):
+        save_sentence_transformer(tiny_himo().vision_model, tiny_processor(), tmp_path)
