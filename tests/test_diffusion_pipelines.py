@@ -206,3 +206,57 @@ def test_sd2_stretched_openclip_encoder_conditions_on_the_whole_long_prompt(tmp_
     reloaded = StableDiffusionPipeline.from_pretrained(tmp_path)
     assert reloaded.text_encoder.config.max_position_embeddings == reloaded.tokenizer.model_max_length == LONG
     assert torch.equal(prompt_embeds(reloaded, PROMPT), embeds)
+
+
+# --- Flux -----------------------------------------------------------------------------------------------------
+
+
+def tiny_flux(text_encoder, tokenizer):
+    """A randomly initialised Flux pipeline: T5 (tiny, random; the character tokenizer stands in for its
+    SentencePiece one) gives the per-token embeddings, the CLIP text encoder the pooled one."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from transformers import T5Config, T5EncoderModel
+
+    torch.manual_seed(0)
+    t5 = T5EncoderModel(T5Config(vocab_size=80, d_model=WIDTH, d_ff=64, num_layers=1, num_heads=2, d_kv=16)).eval()
+    transformer = FluxTransformer2DModel(
+        patch_size=1, in_channels=4, num_layers=1, num_single_layers=1, attention_head_dim=16, num_attention_heads=2,
+        joint_attention_dim=WIDTH, pooled_projection_dim=text_encoder.config.hidden_size, axes_dims_rope=[4, 4, 8],
+    )
+    vae = AutoencoderKL(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(4,), layers_per_block=1,
+                        latent_channels=1, norm_num_groups=1, use_quant_conv=False, use_post_quant_conv=False,
+                        shift_factor=0.0609, scaling_factor=1.5035)
+    pipe = FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=text_encoder,
+                        tokenizer=tokenizer, text_encoder_2=t5, tokenizer_2=char_clip_tokenizer(),
+                        transformer=transformer)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def test_flux_pools_the_long_clip_text_encoder_over_the_whole_prompt(himo, tmp_path):
+    from diffusers import FluxPipeline
+
+    text_encoder, max_length = text_encoder_for_diffusion(himo)
+    tokenizer = char_clip_tokenizer()
+    tokenizer.model_max_length = max_length
+    pipe = tiny_flux(text_encoder, tokenizer)
+
+    def encoded(pipe, prompt):
+        return pipe.encode_prompt(prompt, prompt_2=None, device="cpu", max_sequence_length=16)
+
+    def pooled(pipe, prompt):
+        return encoded(pipe, prompt)[1]
+
+    def image(prompt):
+        return pipe(prompt, height=16, width=16, num_inference_steps=2, guidance_scale=3.5, max_sequence_length=16,
+                    output_type="np", generator=torch.Generator().manual_seed(0)).images
+
+    with torch.no_grad():
+        expected = himo.text_model(tokenized(PROMPT)).pooler_output  # CLIP's pooled output, before the projection
+    assert torch.equal(pooled(pipe, PROMPT), expected)
+    assert not torch.allclose(pooled(pipe, LATE_CHANGE), expected)
+    assert torch.equal(encoded(pipe, PROMPT)[0], encoded(pipe, LATE_CHANGE)[0])  # T5 reads 16 tokens: the same
+    assert not (image(PROMPT) == image(LATE_CHANGE)).all()
+    pipe.save_pretrained(tmp_path)
+    reloaded = FluxPipeline.from_pretrained(tmp_path)
+    assert reloaded.tokenizer_max_length == LONG and torch.equal(pooled(reloaded, PROMPT), expected)
