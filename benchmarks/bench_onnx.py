@@ -9,6 +9,7 @@ the ratio ORT / PyTorch (below 1: ORT faster), with the largest difference betwe
 
 import argparse
 import tempfile
+from functools import partial
 
 import onnxruntime as ort
 import torch
@@ -57,16 +58,12 @@ def main():
     print(f"HiMo-CLIP (main job size), batch {args.batch_size}, {args.threads} threads, CPU")
     for tower, session in sessions.items():
         feeds = {i.name: inputs[tower][i.name].numpy() for i in session.get_inputs()}
-
-        @torch.no_grad()
-        def pytorch():
-            return features[tower](**{name: inputs[tower][name] for name in feeds}).pooler_output
-
-        difference = (torch.from_numpy(session.run(None, feeds)[0]) - pytorch()).abs().max().item()
-        times = compare({"pytorch": pytorch, "onnxruntime": lambda: session.run(None, feeds)}, repeats=args.repeats)
+        pytorch = torch.no_grad()(partial(features[tower], **{name: inputs[tower][name] for name in feeds}))
+        onnxruntime = partial(session.run, None, feeds)
+        difference = (torch.from_numpy(onnxruntime()[0]) - pytorch().pooler_output).abs().max().item()
+        times = compare({"pytorch": pytorch, "onnxruntime": onnxruntime}, repeats=args.repeats)
         print(f"{tower:5s}: PyTorch {1000 * times['pytorch']:.1f} ms, ONNX Runtime {1000 * times['onnxruntime']:.1f} "
               f"ms, ratio ORT/PyTorch {times['onnxruntime'] / times['pytorch']:.2f}, max |difference| {difference:.1e}")
-
 
 if __name__ == "__main__":
     main()

@@ -162,7 +162,7 @@ def test_sdxl_pipeline_saves_and_reloads(sdxl, tmp_path):
     sdxl.save_pretrained(tmp_path)
     reloaded = StableDiffusionXLPipeline.from_pretrained(tmp_path)
     assert reloaded.tokenizer.model_max_length == reloaded.tokenizer_2.model_max_length == LONG
-    for got, expected in zip(sdxl_embeds(reloaded, PROMPT), sdxl_embeds(sdxl, PROMPT)):
+    for got, expected in zip(sdxl_embeds(reloaded, PROMPT), sdxl_embeds(sdxl, PROMPT), strict=True):
         assert torch.equal(got, expected)
 
 
@@ -184,6 +184,9 @@ def test_sdxl_refuses_encoders_of_different_lengths_and_onelip_as_second_encoder
         sdxl_text_components(himo, onelip, *tokenizers)
     with pytest.raises(TypeError, match="CLIPTextModelWithProjection"):
         sdxl_text_components(himo, CLIPTextModel(clip_text_config()), *tokenizers)
+    # a transformers encoder already longer than 77 (a converted Long-CLIP's text encoder) is taken as it is
+    long_first = text_encoder_for_diffusion(himo)[0]
+    assert sdxl_text_components(long_first, stock_encoder_2(), *tokenizers)["text_encoder"] is long_first
 
 
 # --- SD 2.x ---------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from test_fcast_model import CAPTIONS as SCENE_CAPTIONS
 from test_fcast_model import tiny_fcast
 from test_fcast_model import tiny_processor as tiny_fcast_processor
 
-from hf_longclip import DITMConfig, DITMModel, DITMProcessor, OneLIPConfig, OneLIPModel, OneLIPProcessor
+from hf_longclip import DITMModel, DITMProcessor, OneLIPModel, OneLIPProcessor
 from hf_longclip.sentence_embedding import save_sentence_transformer
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
@@ -70,6 +70,45 @@ def test_captions_longer_than_the_model_are_cut_at_its_length_not_77(tmp_path):
     assert torch.allclose(encoder.encode([too_long], convert_to_tensor=True), expected, atol=1e-6)
 
 
-def test_a_model_without_both_towers_is_refused(tmp_path):
+def test_a_model_without_both_towers_or_a_processor_cutting_at_77_is_refused(tmp_path):
     with pytest.raises(TypeError, match="not a dual encoder"):
         save_sentence_transformer(tiny_himo().vision_model, tiny_processor(), tmp_path)
+    with pytest.raises(ValueError, match="cuts texts at 77 tokens, the model reads 248"):
+        save_sentence_transformer(tiny_himo(), tiny_processor(max_length=77), tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+FRESH_PROCESS = """
+import json, sys
+sys.modules["hf_longclip"] = None  # the library is not importable: only the checkpoint's own code may run
+from sentence_transformers import SentenceTransformer
+path, caption = sys.argv[1], sys.argv[2]
+try:
+    SentenceTransformer(path, device="cpu")
+    refused = False
+except ValueError as error:
+    refused = "trust_remote_code" in str(error)
+encoder = SentenceTransformer(path, trust_remote_code=True, device="cpu")
+print(json.dumps({"refused": refused, "embedding": encoder.encode([caption])[0].tolist()}))
+"""
+
+
+@pytest.mark.slow
+def test_loads_where_the_library_is_not_installed_only_with_trust_remote_code(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    model, processor, _ = build("onelip")  # the RoPE text model: nothing of it is in transformers
+    save_sentence_transformer(model, processor, tmp_path / "checkpoint")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "home"), PYTHONPATH="")
+    result = subprocess.run([sys.executable, "-c", FRESH_PROCESS, str(tmp_path / "checkpoint"), PROMPT], env=env,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    output = json.loads(result.stdout.strip().splitlines()[-1])
+    assert output["refused"]
+    with torch.no_grad():
+        expected = F.normalize(model.get_text_features(**processor(text=[PROMPT])).pooler_output, dim=-1)[0]
+    assert torch.allclose(torch.tensor(output["embedding"]), expected, atol=1e-6)

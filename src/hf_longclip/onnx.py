@@ -33,7 +33,7 @@ class _Tower(torch.nn.Module):
         self.model, self.method, self.input_names = model, method, input_names
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-        return getattr(self.model, self.method)(**dict(zip(self.input_names, tensors))).pooler_output
+        return getattr(self.model, self.method)(**dict(zip(self.input_names, tensors, strict=True))).pooler_output
 
 
 def _method(model: PreTrainedModel, tower: str) -> str | None:

@@ -27,7 +27,9 @@ def save_sentence_transformer(model: PreTrainedModel, processor: ProcessorMixin,
     """Save `model` and `processor` to `directory` as a checkpoint that both `AutoModel` and
     `SentenceTransformer(directory, trust_remote_code=True)` load; returns the `SentenceTransformer`.
 
-    The model and processor classes are this library's (registered with transformers' Auto classes on import), so
+    The processor must cut texts at the model's length (`processor.max_length ==
+    text_config.max_position_embeddings`, per chunk for F-CAST): sentence-transformers truncates with it. The model and
+    processor classes are this library's (registered with transformers' Auto classes on import), so
     no code is read back from `directory` here."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules import Normalize, Transformer
@@ -35,6 +37,11 @@ def save_sentence_transformer(model: PreTrainedModel, processor: ProcessorMixin,
     if not all(callable(getattr(model, method, None)) for method in ("get_text_features", "get_image_features")):
         raise TypeError(f"{type(model).__name__} is not a dual encoder: sentence-transformers needs a model with "
                         "get_text_features and get_image_features (HiMo-CLIP, DITM, OneLIP, F-CAST)")
+    model_length = model.config.text_config.max_position_embeddings
+    processor_length = getattr(processor, "max_length", model_length)
+    if processor_length != model_length:
+        raise ValueError(f"the processor cuts texts at {processor_length} tokens, the model reads "
+                         f"{model_length}: build the processor with max_length={model_length}")
     directory = Path(directory)
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
