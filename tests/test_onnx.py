@@ -60,9 +60,9 @@ def test_onnx_runtime_matches_pytorch(name, tmp_path):
                         model.get_image_features(**images).pooler_output)
         got = run(paths["image"], images)
         assert got.shape == expected.shape and (got - expected).abs().max() < TOLERANCE
+    image_inputs = {i.name for i in ort.InferenceSession(str(paths["image"])).get_inputs()}
+    assert image_inputs == ({"pixel_values", "superpixels"} if name in ("cast", "fcast") else {"pixel_values"})
     if name == "cast":
-        assert {i.name for i in ort.InferenceSession(str(paths["image"])).get_inputs()} == {"pixel_values",
-                                                                                             "superpixels"}
         return
     for texts, padding in ((captions, "longest"), (captions[:1], "max_length")):
         inputs = processor(text=texts, padding=padding, return_tensors="pt")
@@ -72,3 +72,23 @@ def test_onnx_runtime_matches_pytorch(name, tmp_path):
         assert got.shape == expected.shape and (got - expected).abs().max() < TOLERANCE
     if name != "fcast":
         assert inputs["input_ids"].shape[-1] == 248  # the model's length, beyond the traced texts' few tokens
+
+
+def test_a_model_without_towers_is_refused(tmp_path):
+    with pytest.raises(TypeError, match="neither get_text_features nor an image tower"):
+        export_onnx(torch.nn.Linear(2, 2), tiny_processor(), tmp_path)
+
+
+@pytest.mark.slow  # exports both towers
+def test_the_cli_exports_a_saved_checkpoint(tmp_path, capsys):
+    from hf_longclip.cli import main
+
+    model, processor = tiny_himo(seed=1), tiny_processor()
+    model.save_pretrained(tmp_path / "checkpoint")
+    processor.save_pretrained(tmp_path / "checkpoint")
+    main(["export-onnx", "--model", str(tmp_path / "checkpoint"), "--output-dir", str(tmp_path / "onnx")])
+    assert "text.onnx (text tower)" in capsys.readouterr().out
+    inputs = processor(text=[PROMPT])
+    with torch.no_grad():
+        expected = model.get_text_features(**inputs).pooler_output
+    assert (run(tmp_path / "onnx" / "text.onnx", inputs) - expected).abs().max() < TOLERANCE

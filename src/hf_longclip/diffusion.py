@@ -117,16 +117,16 @@ def sdxl_text_components(
 
     `text_encoder`: one of our models (its text tower, `diffusion_text_encoder()`) or a transformers `CLIPTextModel`;
     `text_encoder_2`: one of ours with a text projection (`diffusion_text_encoder(with_projection=True)`) or a
-    transformers `CLIPTextModelWithProjection` (e.g. OpenCLIP-bigG). A transformers encoder with CLIP's 77 positions is
-    stretched (`stretch_clip_text_encoder`). SDXL concatenates both encoders' penultimate hidden states token by
-    token, so both must take the same length; copies of the tokenizers get it as `model_max_length`. The pooled
-    embedding SDXL conditions on is `text_encoder_2`'s projected end-of-text embedding."""
+    transformers `CLIPTextModelWithProjection` (e.g. OpenCLIP-bigG). A transformers encoder of at most CLIP's 77
+    positions is stretched (`stretch_clip_text_encoder`). SDXL concatenates both encoders' penultimate hidden states
+    token by token, so both must take the same length; copies of the tokenizers get it as `model_max_length`. The
+    pooled embedding SDXL conditions on is `text_encoder_2`'s projected end-of-text embedding."""
     first = _long_clip_text_encoder(text_encoder, with_projection=False)
     second = _long_clip_text_encoder(text_encoder_2, with_projection=True)
     lengths = first.config.max_position_embeddings, second.config.max_position_embeddings
     if lengths[0] != lengths[1]:
-        raise ValueError(f"SDXL joins its two encoders' hidden states token by token: they must take the same number of "
-                         f"tokens, got {lengths[0]} (text_encoder) and {lengths[1]} (text_encoder_2)")
+        raise ValueError(f"SDXL joins its two encoders' hidden states token by token: they must take the same number "
+                         f"of tokens, got {lengths[0]} (text_encoder) and {lengths[1]} (text_encoder_2)")
     tokenizers = copy.deepcopy(tokenizer), copy.deepcopy(tokenizer_2)
     for copied in tokenizers:
         copied.model_max_length = lengths[0]
