@@ -118,6 +118,15 @@ class _CommandParser(argparse.ArgumentParser):
         return super().format_help()
 
 
+def _export_onnx(args: argparse.Namespace) -> None:
+    from hf_longclip.evaluation import load_model
+    from hf_longclip.onnx import export_onnx
+
+    model, processor = load_model(args.model, device="cpu")
+    for tower, path in export_onnx(model, processor, args.output_dir).items():
+        print(f"wrote {path} ({tower} tower)")
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Keeps the epilog's lines; appends "(default: ...)" to an option's help unless it already tells its default
     (or the option is required)."""
@@ -209,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
     shard.add_argument("--shard-size", type=int, default=1000, help="samples per shard")
     shard.add_argument("--workers", type=int, default=1, help="processes writing shards in parallel")
     shard.set_defaults(run=_shard)
+
+    onnx = add_command("export-onnx", "export a dual encoder's text and image towers to ONNX (docs/integrations.md)")
+    onnx.add_argument("--model", required=True, help="checkpoint directory or Hub id, one of our dual encoders "
+                                                     "(required)")
+    onnx.add_argument("--output-dir", type=Path, default=Path("onnx"), help="where text.onnx and image.onnx go")
+    onnx.set_defaults(run=_export_onnx)
     return parser
 
 

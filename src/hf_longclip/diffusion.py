@@ -31,25 +31,42 @@ text model (weights copied, in eval mode, on the model's device and dtype) such 
   among them), so the module must have a `PreTrainedModel` name (OneLIP's modeling module re-exports it).
 
 HiMo-CLIP returns a transformers `CLIPTextModel` with its text config and weights (exactly its text outputs); OneLIP
-its RoPE `OneLIPTextModel` (tests/models/onelip/test_diffusion_onelip.py).
+its RoPE `OneLIPTextModel` (tests/models/onelip/test_diffusion_onelip.py). With ``with_projection=True`` the hook returns the tower
+with its text projection, whose first output is the projected end-of-text embedding (transformers'
+`CLIPTextModelWithProjection`: SDXL's second encoder); models without one raise ValueError.
+
+Pipelines with two text encoders, and encoders without a long checkpoint
+-----------------------------------------------------------------------
+`sdxl_text_components` builds both of SDXL's encoders and tokenizers for long prompts; `stretch_clip_text_encoder`
+stretches any transformers CLIP text encoder (77 -> 248 positions, Long-CLIP's knowledge-preserved rule, no
+fine-tuning: the paper's baseline for OpenCLIP-bigG in SDXL). SD 2.x and Flux take one CLIP encoder, as SD 1.x:
+`text_encoder_for_diffusion` or `stretch_clip_text_encoder`, and the tokenizer's `model_max_length` set (docs/
+integrations.md).
 """
 
-from transformers import PreTrainedModel
+import copy
+
+from transformers import CLIPTextModel, CLIPTextModelWithProjection, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import initialization as init
+
+from hf_longclip.modeling_common.positions import stretch_position_embeddings
 
 HOOK = "diffusion_text_encoder"
+CLIP_TEXT_POSITIONS = 77
 
 
-def text_encoder_for_diffusion(model) -> tuple[PreTrainedModel, int]:
+def text_encoder_for_diffusion(model, with_projection: bool = False) -> tuple[PreTrainedModel, int]:
     """The text encoder a diffusers pipeline takes for `model`'s text tower, and the prompt length in tokens to give
     its tokenizer (`model_max_length`). Dispatches on the model's `diffusion_text_encoder()` hook (see the module
-    docstring); a model without it raises TypeError."""
+    docstring); a model without it raises TypeError. `with_projection=True` asks for the tower with its text
+    projection (SDXL's `text_encoder_2`)."""
     hook = getattr(model, HOOK, None)
     if not callable(hook):
         raise TypeError(
             f"{type(model).__name__} has no text encoder for diffusion: its class must define `{HOOK}(self)`, "
             "returning a standalone PreTrainedModel text tower (see hf_longclip.diffusion)"
         )
-    encoder = hook()
+    encoder = hook(with_projection=True) if with_projection else hook()
     if not isinstance(encoder, PreTrainedModel):
         raise TypeError(f"{type(model).__name__}.{HOOK}() must return a transformers PreTrainedModel, "
                         f"got {type(encoder).__name__}")
@@ -60,4 +77,60 @@ def text_encoder_for_diffusion(model) -> tuple[PreTrainedModel, int]:
     return encoder, max_length
 
 
-__all__ = ["text_encoder_for_diffusion"]
+def stretch_clip_text_encoder(encoder: CLIPTextModel | CLIPTextModelWithProjection):
+    """A copy of a transformers CLIP text encoder (with or without projection) whose position table is stretched by
+    Long-CLIP's knowledge-preserved rule (keep the first 20 rows, interpolate the rest 4x: 77 -> 248 positions), every
+    other weight unchanged: Long-CLIP's "no fine-tuning" long-text baseline (its SDXL recipe for OpenCLIP-bigG)."""
+    if not isinstance(encoder, (CLIPTextModel, CLIPTextModelWithProjection)):
+        raise TypeError(f"stretch_clip_text_encoder takes a transformers CLIPTextModel or CLIPTextModelWithProjection, "
+                        f"got {type(encoder).__name__}")
+    state = encoder.state_dict()
+    key = next(name for name in state if name.endswith("embeddings.position_embedding.weight"))
+    state[key] = stretch_position_embeddings(state[key])
+    config = copy.deepcopy(encoder.config)
+    config.max_position_embeddings = state[key].shape[0]
+    with init.no_init_weights():
+        stretched = type(encoder)(config)
+    stretched.load_state_dict(state, strict=False)  # position_ids buffers are rebuilt at the new length
+    return stretched.to(device=encoder.device, dtype=encoder.dtype).eval()
+
+
+def _long_clip_text_encoder(encoder, with_projection: bool) -> PreTrainedModel:
+    """One of our models -> its hook's encoder; a transformers CLIP text encoder -> as is when already longer than
+    CLIP's 77 positions (a converted Long-CLIP), else stretched."""
+    if callable(getattr(encoder, HOOK, None)):
+        return text_encoder_for_diffusion(encoder, with_projection=with_projection)[0]
+    expected = CLIPTextModelWithProjection if with_projection else CLIPTextModel
+    if not isinstance(encoder, expected):
+        raise TypeError(f"expected one of hf_longclip's models or a transformers {expected.__name__}, "
+                        f"got {type(encoder).__name__}")
+    if encoder.config.max_position_embeddings > CLIP_TEXT_POSITIONS:
+        return encoder
+    return stretch_clip_text_encoder(encoder)
+
+
+def sdxl_text_components(
+    text_encoder, text_encoder_2, tokenizer: PreTrainedTokenizerBase, tokenizer_2: PreTrainedTokenizerBase
+) -> dict:
+    """SDXL's two text encoders and tokenizers for long prompts, as keyword arguments of
+    `StableDiffusionXLPipeline` / `StableDiffusionXLImg2ImgPipeline` (their constructors or `from_pretrained`).
+
+    `text_encoder`: one of our models (its text tower, `diffusion_text_encoder()`) or a transformers `CLIPTextModel`;
+    `text_encoder_2`: one of ours with a text projection (`diffusion_text_encoder(with_projection=True)`) or a
+    transformers `CLIPTextModelWithProjection` (e.g. OpenCLIP-bigG). A transformers encoder of at most CLIP's 77
+    positions is stretched (`stretch_clip_text_encoder`). SDXL concatenates both encoders' penultimate hidden states
+    token by token, so both must take the same length; copies of the tokenizers get it as `model_max_length`. The
+    pooled embedding SDXL conditions on is `text_encoder_2`'s projected end-of-text embedding."""
+    first = _long_clip_text_encoder(text_encoder, with_projection=False)
+    second = _long_clip_text_encoder(text_encoder_2, with_projection=True)
+    lengths = first.config.max_position_embeddings, second.config.max_position_embeddings
+    if lengths[0] != lengths[1]:
+        raise ValueError(f"SDXL joins its two encoders' hidden states token by token: they must take the same number "
+                         f"of tokens, got {lengths[0]} (text_encoder) and {lengths[1]} (text_encoder_2)")
+    tokenizers = copy.deepcopy(tokenizer), copy.deepcopy(tokenizer_2)
+    for copied in tokenizers:
+        copied.model_max_length = lengths[0]
+    return dict(text_encoder=first, text_encoder_2=second, tokenizer=tokenizers[0], tokenizer_2=tokenizers[1])
+
+
+__all__ = ["sdxl_text_components", "stretch_clip_text_encoder", "text_encoder_for_diffusion"]

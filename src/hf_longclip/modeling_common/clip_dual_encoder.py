@@ -6,7 +6,7 @@ import copy
 
 import torch
 from torch import nn
-from transformers import AutoModel, CLIPModel, CLIPTextModel
+from transformers import AutoModel, CLIPModel, CLIPTextModel, CLIPTextModelWithProjection
 from transformers import initialization as init
 
 from hf_longclip.modeling_common.dual_encoder import (
@@ -72,15 +72,23 @@ class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
             raise ValueError(f"weights missing from the CLIP checkpoint: {sorted(missing)}")
         return model.to(clip.dtype)
 
-    def diffusion_text_encoder(self) -> CLIPTextModel:
+    def diffusion_text_encoder(self, with_projection: bool = False) -> CLIPTextModel | CLIPTextModelWithProjection:
         """The text tower alone, as the transformers `CLIPTextModel` a diffusers pipeline takes for `text_encoder`:
         the same text config (all the model's positions), the weights copied (not shared: the pipeline may cast or
-        move it), the same outputs. The hook `hf_longclip.diffusion.text_encoder_for_diffusion` calls; built without
-        random initialisation, so it leaves torch's random state as it was. (In transformers 5, `self.text_model` is
-        itself a `CLIPTextModel`.)"""
+        move it), the same outputs; with `with_projection`, a `CLIPTextModelWithProjection` with the text projection
+        too (SDXL's `text_encoder_2`: its `text_embeds` are `get_text_features`' `pooler_output`). The hook
+        `hf_longclip.diffusion.text_encoder_for_diffusion` calls; built without random initialisation, so it leaves
+        torch's random state as it was. (In transformers 5, `self.text_model` is itself a `CLIPTextModel`.)"""
+        text_config = copy.deepcopy(self.config.text_config)
         with init.no_init_weights():
-            encoder = CLIPTextModel(copy.deepcopy(self.config.text_config))
-        encoder.load_state_dict(self.text_model.state_dict())
+            if not with_projection:
+                encoder = CLIPTextModel(text_config)
+                encoder.load_state_dict(self.text_model.state_dict())
+            else:
+                text_config.projection_dim = self.config.projection_dim
+                encoder = CLIPTextModelWithProjection(text_config)
+                encoder.text_model.load_state_dict(self.text_model.state_dict())
+                encoder.text_projection.load_state_dict(self.text_projection.state_dict())
         return encoder.to(device=self.device, dtype=self.dtype).eval()
 
     def get_text_features(self, input_ids: torch.Tensor, *args, **kwargs):

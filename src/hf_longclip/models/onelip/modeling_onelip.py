@@ -260,13 +260,17 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
             raise ValueError(f"CLIP checkpoint does not match: missing {missing}, unexpected {unexpected}")
         return model.to(clip.dtype)
 
-    def diffusion_text_encoder(self) -> OneLIPTextModel:
+    def diffusion_text_encoder(self, with_projection: bool = False) -> OneLIPTextModel:
         """The long text encoder alone (weights copied, eval mode), as `hf_longclip.diffusion` takes it for a
         diffusers pipeline's `text_encoder` (Sec. 4.4): `encoder(input_ids)[0]` is its per-token last hidden state.
+        There is no OneLIP text model with its projection (SDXL's `text_encoder_2`): `with_projection` raises.
 
         A saved pipeline records this class under this module's path, and diffusers 0.42 reloads it only if the
         module has a `PreTrainedModel` attribute (it looks up its loading methods there): hence the re-export at
         the top of this file."""
+        if with_projection:
+            raise ValueError("OneLIP has no text encoder with projection for diffusers: use it as SDXL's first "
+                             "text_encoder, with a CLIP or HiMo-CLIP as text_encoder_2")
         return copy.deepcopy(self.text_model).eval()
 
     @can_return_tuple

@@ -1,0 +1,94 @@
+"""Every model's towers exported with `export_onnx` run in ONNX Runtime within 1e-4 of PyTorch, on long texts and
+images, at batch sizes and text lengths other than the traced ones; CAST's and F-CAST's superpixels are an input."""
+
+import pytest
+import torch
+from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from helpers.diffusion import LATE_CHANGE, PROMPT
+from helpers.dual_encoders import clip_like
+from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
+from helpers.fcast import tiny_fcast
+from helpers.fcast import tiny_processor as tiny_fcast_processor
+
+from hf_longclip import (CASTImageProcessor, CASTVisionConfig, CASTVisionModel, DITMModel, DITMProcessor, OneLIPModel,
+                         OneLIPProcessor)
+from hf_longclip.onnx import export_onnx
+
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+TOLERANCE = 1e-4
+
+
+def tiny_cast():
+    torch.manual_seed(0)
+    config = CASTVisionConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64, image_size=32,
+                              num_segments=16, depths=[1, 1, 1], num_clusters=[6, 3])
+    return CASTVisionModel(config).eval(), CASTImageProcessor(size=32, num_segments=16), None
+
+
+def build(name: str):
+    """(model, processor, long captions or None)."""
+    long_captions = [PROMPT, LATE_CHANGE, PROMPT * 2, CAPTIONS[0]]  # 124, 123, 248 (truncated) and 50 tokens
+    if name == "himo_clip":
+        return tiny_himo(seed=1), tiny_processor(), long_captions
+    if name == "ditm":
+        return (*clip_like(DITMModel, DITMProcessor), long_captions)
+    if name == "onelip":
+        return (*clip_like(OneLIPModel, OneLIPProcessor), long_captions)
+    if name == "fcast":
+        return tiny_fcast().eval(), tiny_fcast_processor(), SCENE_CAPTIONS + SCENE_CAPTIONS[:1]
+    return tiny_cast()
+
+
+def run(path, inputs) -> torch.Tensor:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return torch.from_numpy(session.run(None, {i.name: inputs[i.name].numpy() for i in session.get_inputs()})[0])
+
+
+@pytest.mark.slow  # torch.export traces each tower: ~5-20 s a model on 2 free cores
+@pytest.mark.parametrize("name", ["himo_clip", "ditm", "onelip", "fcast", "cast"])
+def test_onnx_runtime_matches_pytorch(name, tmp_path):
+    model, processor, captions = build(name)
+    paths = export_onnx(model, processor, tmp_path)
+    assert set(paths) == ({"image"} if captions is None else {"text", "image"})
+    image_processor = getattr(processor, "image_processor", processor)
+    for count in (1, 3):  # the graph was traced with 2
+        images = image_processor(random_images(count, seed=count), return_tensors="pt")
+        with torch.no_grad():
+            expected = (model(**images).pooler_output if name == "cast" else
+                        model.get_image_features(**images).pooler_output)
+        got = run(paths["image"], images)
+        assert got.shape == expected.shape and (got - expected).abs().max() < TOLERANCE
+    image_inputs = {i.name for i in ort.InferenceSession(str(paths["image"])).get_inputs()}
+    assert image_inputs == ({"pixel_values", "superpixels"} if name in ("cast", "fcast") else {"pixel_values"})
+    if name == "cast":
+        return
+    for texts, padding in ((captions, "longest"), (captions[:1], "max_length")):
+        inputs = processor(text=texts, padding=padding, return_tensors="pt")
+        with torch.no_grad():
+            expected = model.get_text_features(**inputs).pooler_output
+        got = run(paths["text"], inputs)
+        assert got.shape == expected.shape and (got - expected).abs().max() < TOLERANCE
+    if name != "fcast":
+        assert inputs["input_ids"].shape[-1] == 248  # the model's length, beyond the traced texts' few tokens
+
+
+def test_a_model_without_towers_is_refused(tmp_path):
+    with pytest.raises(TypeError, match="neither get_text_features nor an image tower"):
+        export_onnx(torch.nn.Linear(2, 2), tiny_processor(), tmp_path)
+
+
+@pytest.mark.slow  # exports both towers
+def test_the_cli_exports_a_saved_checkpoint(tmp_path, capsys):
+    from hf_longclip.cli import main
+
+    model, processor = tiny_himo(seed=1), tiny_processor()
+    model.save_pretrained(tmp_path / "checkpoint")
+    processor.save_pretrained(tmp_path / "checkpoint")
+    main(["export-onnx", "--model", str(tmp_path / "checkpoint"), "--output-dir", str(tmp_path / "onnx")])
+    assert "text.onnx (text tower)" in capsys.readouterr().out
+    inputs = processor(text=[PROMPT])
+    with torch.no_grad():
+        expected = model.get_text_features(**inputs).pooler_output
+    assert (run(tmp_path / "onnx" / "text.onnx", inputs) - expected).abs().max() < TOLERANCE

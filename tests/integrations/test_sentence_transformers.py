@@ -1,0 +1,107 @@
+"""Every dual encoder saved with `save_sentence_transformer` loads with `SentenceTransformer(path,
+trust_remote_code=True)`, whose `encode` returns the model's own normalised text and image embeddings, long captions
+read to the model's length (not CLIP's 77)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from helpers.diffusion import FIRST_DIFFERENCE, LATE_CHANGE, PROMPT
+from helpers.dual_encoders import clip_like
+from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
+from helpers.fcast import tiny_fcast
+from helpers.fcast import tiny_processor as tiny_fcast_processor
+
+from hf_longclip import DITMModel, DITMProcessor, OneLIPModel, OneLIPProcessor
+from hf_longclip.sentence_embedding import save_sentence_transformer
+
+sentence_transformers = pytest.importorskip("sentence_transformers")
+from sentence_transformers import SentenceTransformer  # noqa: E402
+
+LONG = 248
+
+
+
+def build(name: str):
+    """(model, processor, long captions) of one dual encoder."""
+    if name == "himo_clip":
+        return tiny_himo(seed=1), tiny_processor(), [PROMPT, LATE_CHANGE, *CAPTIONS]
+    if name == "ditm":
+        return (*clip_like(DITMModel, DITMProcessor), [PROMPT, LATE_CHANGE, *CAPTIONS])
+    if name == "onelip":
+        return (*clip_like(OneLIPModel, OneLIPProcessor), [PROMPT, LATE_CHANGE, *CAPTIONS])
+    return tiny_fcast().eval(), tiny_fcast_processor(), SCENE_CAPTIONS
+
+
+@pytest.mark.parametrize("name", ["himo_clip", "ditm", "onelip", "fcast"])
+def test_sentence_transformer_encodes_as_the_model(name, tmp_path):
+    model, processor, captions = build(name)
+    save_sentence_transformer(model, processor, tmp_path)
+    encoder = SentenceTransformer(str(tmp_path), trust_remote_code=True, device="cpu")
+    images = random_images(3)
+    texts = encoder.encode(captions, convert_to_tensor=True)
+    pictures = encoder.encode(images, convert_to_tensor=True)
+    with torch.no_grad():
+        expected_texts = model.get_text_features(**processor(text=captions, padding="longest")).pooler_output
+        expected_images = model.get_image_features(**processor(images=images)).pooler_output
+    assert torch.allclose(texts, F.normalize(expected_texts, dim=-1), atol=1e-6)
+    assert torch.allclose(pictures, F.normalize(expected_images, dim=-1), atol=1e-6)
+    assert torch.allclose(texts.norm(dim=-1), torch.ones(len(captions)))
+    if name != "fcast":  # the two prompts differ only after token 100: read whole, they embed apart
+        assert (processor(text=[PROMPT])["input_ids"] != processor.tokenizer.eos_token_id).sum() > FIRST_DIFFERENCE
+        assert not torch.allclose(texts[0], texts[1], atol=1e-4)
+
+
+def test_captions_longer_than_the_model_are_cut_at_its_length_not_77(tmp_path):
+    model, processor, _ = build("himo_clip")
+    encoder = save_sentence_transformer(model, processor, tmp_path)
+    too_long = PROMPT * 3  # 372 tokens
+    ids = processor(text=[too_long])["input_ids"]
+    assert ids.shape == (1, LONG) and ids[0, -1] == processor.tokenizer.eos_token_id
+    with torch.no_grad():
+        expected = F.normalize(model.get_text_features(input_ids=ids).pooler_output, dim=-1)
+    assert torch.allclose(encoder.encode([too_long], convert_to_tensor=True), expected, atol=1e-6)
+
+
+def test_a_model_without_both_towers_or_a_processor_cutting_at_77_is_refused(tmp_path):
+    with pytest.raises(TypeError, match="not a dual encoder"):
+        save_sentence_transformer(tiny_himo().vision_model, tiny_processor(), tmp_path)
+    with pytest.raises(ValueError, match="cuts texts at 77 tokens, the model reads 248"):
+        save_sentence_transformer(tiny_himo(), tiny_processor(max_length=77), tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+FRESH_PROCESS = """
+import json, sys
+sys.modules["hf_longclip"] = None  # the library is not importable: only the checkpoint's own code may run
+from sentence_transformers import SentenceTransformer
+path, caption = sys.argv[1], sys.argv[2]
+try:
+    SentenceTransformer(path, device="cpu")
+    refused = False
+except ValueError as error:
+    refused = "trust_remote_code" in str(error)
+encoder = SentenceTransformer(path, trust_remote_code=True, device="cpu")
+print(json.dumps({"refused": refused, "embedding": encoder.encode([caption])[0].tolist()}))
+"""
+
+
+@pytest.mark.slow
+def test_loads_where_the_library_is_not_installed_only_with_trust_remote_code(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    model, processor, _ = build("onelip")  # the RoPE text model: nothing of it is in transformers
+    save_sentence_transformer(model, processor, tmp_path / "checkpoint")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "home"), PYTHONPATH="")
+    result = subprocess.run([sys.executable, "-c", FRESH_PROCESS, str(tmp_path / "checkpoint"), PROMPT], env=env,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    output = json.loads(result.stdout.strip().splitlines()[-1])
+    assert output["refused"]
+    with torch.no_grad():
+        expected = F.normalize(model.get_text_features(**processor(text=[PROMPT])).pooler_output, dim=-1)[0]
+    assert torch.allclose(torch.tensor(output["embedding"]), expected, atol=1e-6)
