@@ -26,14 +26,16 @@ class HiMoCLIPModel(CLIPDualEncoder):
 
     @classmethod
     def from_clip(
-        cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, stretch_positions: bool = True, **config_kwargs
+        cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, stretch_positions: bool = True,
+        trust_remote_code: bool = False, **config_kwargs,
     ) -> "HiMoCLIPModel":
-        """Build a HiMo-CLIP from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`).
+        """Build a HiMo-CLIP from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`; the
+        checkpoint's own code runs only with `trust_remote_code=True`).
 
         The text position table is stretched with Long-CLIP's knowledge-preserved scheme (77 -> 248) unless
         `stretch_positions=False` (a 77-token baseline); `config_kwargs` set configuration options.
         """
-        return super().from_clip(clip, stretch_positions, **config_kwargs)
+        return super().from_clip(clip, stretch_positions, trust_remote_code, **config_kwargs)
 
 
 __all__ = ["HiMoCLIPModel"]

@@ -32,8 +32,14 @@ def _eval(args: argparse.Namespace) -> None:
 
     from .evaluation import run_evaluation
 
-    report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split, args.max_samples,
-                            args.tasks, args.batch_size, args.device)
+    try:
+        report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split,
+                                args.max_samples, args.tasks, args.batch_size, args.device,
+                                trust_remote_code=args.trust_remote_code)
+    except ValueError as error:
+        if "trust_remote_code" not in str(error):
+            raise
+        raise ValueError(f"{error} On the command line: --trust-remote-code (only for code you trust).") from None
     print(json.dumps(report["metrics"], indent=2))
     print(f"report and plots in {args.output_dir}/ ({report['num_samples']} samples, "
           f"{report['num_skipped_images']} corrupt images skipped)")
@@ -104,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   + "\n".join(f"  {line}" for line in describe_benchmarks()))
     evaluate.add_argument("--model", required=True,
                           help="checkpoint directory or Hub id, ours or a CLIPModel (required)")
+    evaluate.add_argument("--trust-remote-code", action="store_true",
+                          help="let a checkpoint that needs code of its own run it in this process; without it only "
+                               "transformers' and hf-longclip's own model types load (default: off)")
     evaluate.add_argument("--dataset", required=True, choices=dataset_names(),
                           help="benchmark to evaluate on (required)")
     evaluate.add_argument("--data-dir", help="the benchmark's files, required except for synthetic (for synthetic: "
