@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from ..fileio import naming_damaged_weights
+
 
 def load_model(model_name_or_path: str, device: str | None = None, trust_remote_code: bool = False):
     """Any of our checkpoints or a plain transformers CLIPModel (through the Auto classes, which `import hf_longclip`
@@ -65,7 +67,8 @@ def load_model(model_name_or_path: str, device: str | None = None, trust_remote_
             name = snapshot_download(name, local_files_only=True)
     from transformers import AutoModel, AutoProcessor
 
-    model = AutoModel.from_pretrained(name, trust_remote_code=trust_remote_code)
+    with naming_damaged_weights(name):
+        model = AutoModel.from_pretrained(name, trust_remote_code=trust_remote_code)
     processor = AutoProcessor.from_pretrained(name, trust_remote_code=trust_remote_code)
     if not (hasattr(model, "get_text_features") and hasattr(model, "get_image_features")):
         raise ValueError(f"{model_name_or_path} is a {type(model).__name__}: not a CLIP-style dual encoder")

@@ -19,7 +19,7 @@ from accelerate.logging import get_logger
 from accelerate.utils import set_seed
 
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.fileio import write_atomic
+from hf_longclip.fileio import naming_damaged_weights, write_atomic
 from hf_longclip.modeling_common.dual_encoder import load_clip_model
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import whole_model_init
@@ -101,7 +101,8 @@ def load_clip(path: str, trust_remote_code: bool = False):
     """A `CLIPModel` (ours or transformers') from a directory or Hub id, in float32 (`load_clip_model`: code the
     checkpoint ships runs only with `trust_remote_code`); a clear exit otherwise."""
     try:
-        return load_clip_model(path, trust_remote_code, dtype=torch.float32)
+        with naming_damaged_weights(path):
+            return load_clip_model(path, trust_remote_code, dtype=torch.float32)
     except ValueError as error:  # not a CLIPModel, or a checkpoint that needs its own code
         hint = "\n(--trust_remote_code runs it: only for code you trust)" if "trust_remote_code" in str(error) else ""
         raise SystemExit(f"{error}{hint}") from None
