@@ -25,7 +25,7 @@ Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust
 train_himo.py.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -104,13 +104,15 @@ def with_positives(dataset):
     return dataset.map(positives, with_indices=True, remove_columns=["boxes", "subtexts", "sentences"])
 
 
-def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: int, warmup_steps: int):
-    """(task, processor) of `variant`: the chosen backbone built from the base CLIP at `base`, its objective."""
+def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: int, warmup_steps: int,
+          trust_remote_code: bool = False):
+    """(task, processor) of `variant`: the chosen backbone built from the base CLIP at `base` (its own code runs
+    only with `trust_remote_code`), its objective."""
     fixed_margin, order_weight = VARIANTS[variant]
     order_weight = args.order_weight if order_weight is None else order_weight
     model_class, processor_class = BACKBONES[args.backbone]
     set_seed(seed)  # identical initialisation of the new weights (GPO) for every variant
-    clip = load_clip(base)
+    clip = load_clip(base, trust_remote_code)
     if args.backbone == "onelip":  # its RoPE text encoder replaces the position table: any length
         model = OneLIPModel.from_clip(clip, max_length=TEXT_POSITIONS)
     else:
@@ -136,11 +138,12 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args, lo
     base, results, histories = backbone.init_from_clip, {}, {}
     if base is None:  # the pretrained CLIP the paper starts from, here trained from scratch with InfoNCE
         base, results, histories = train_base_clip(accelerator, BASE, backbone, dataset, TEXT_POSITIONS, loop_args,
-                                                   evaluate_on_test)
-    parts = BackboneArguments(init_from_clip=base).processor_parts(dataset, TEXT_POSITIONS)  # the base's own
+                                                   evaluate_on_test, run_args)
+    parts = replace(backbone, init_from_clip=base).processor_parts(dataset, TEXT_POSITIONS)  # the base's own
     adapted, adapted_histories = train_variants(
-        accelerator, variants, lambda variant: build(script_args, base, parts, variant, loop_args.seed, warmup_steps),
-        evaluate_on_test, dataset, loop_args, lora_args,
+        accelerator, variants, lambda variant: build(script_args, base, parts, variant, loop_args.seed, warmup_steps,
+                                                  backbone.trust_remote_code),
+        evaluate_on_test, dataset, loop_args, lora_args, run_args=run_args,
     )
     results.update(adapted)
     histories.update(adapted_histories)

@@ -161,7 +161,7 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
         return result
 
     results, histories = train_variants(accelerator, args.variant_list, build_task, evaluate, scenes, loop_args,
-                                        lora_args)
+                                        lora_args, run_args=run_args)
     publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card=CARD, hub_args=hub_args,
             run_args=run_args,
             push_variants=[name for name in args.variant_list if VARIANTS[name].objective == "fcast"])  # not baselines

@@ -103,7 +103,8 @@ def build(args: ScriptArguments, backbone: BackboneArguments, dataset, positions
     set_seed(seed)  # identical initialisation for every variant
     tokenizer, image_processor = backbone.processor_parts(dataset, positions)
     if backbone.init_from_clip:
-        model = HiMoCLIPModel.from_clip(backbone.init_from_clip, stretch_positions=positions > 77)
+        model = HiMoCLIPModel.from_clip(backbone.init_from_clip, stretch_positions=positions > 77,
+                                        trust_remote_code=backbone.trust_remote_code)
     else:
         model = HiMoCLIPModel(HiMoCLIPConfig(**backbone.scratch_towers(tokenizer, positions)))
     processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=positions)
@@ -128,7 +129,7 @@ def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArgum
         if not args.ablation and accelerator.is_main_process:  # the starting point, evaluated as it is
             results[BASE] = evaluate_base(accelerator, backbone.init_from_clip,
                                           backbone.processor_parts(dataset, SHORT_BASE_LENGTH), SHORT_BASE_LENGTH,
-                                          evaluate)
+                                          evaluate, backbone.trust_remote_code)
     for factor in dict.fromkeys(options.get("batch_factor", 1.0) for _, options in rows.values()):
         chosen = [row for row, (_, options) in rows.items() if options.get("batch_factor", 1.0) == factor]
         if loop_args.contrastive_batch_size:  # the contrastive batch scales, chunks as they were (or smaller)
@@ -140,7 +141,7 @@ def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArgum
                                per_device_train_batch_size=round(loop_args.per_device_train_batch_size * factor))
         trained, trained_histories = train_variants(
             accelerator, chosen, lambda row: build(args, backbone, dataset, *rows[row], loop_args.seed), evaluate,
-            dataset, row_args, lora_args,
+            dataset, row_args, lora_args, run_args=run_args,
         )
         results.update(trained)
         histories.update(trained_histories)

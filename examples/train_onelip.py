@@ -133,13 +133,14 @@ def optimizer_steps(loop_args: LoopArguments, num_samples: int, num_processes: i
 
 
 def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: int, switch_step: int,
-          bank: NegativeBank | None = None, output_dir: str = ""):
-    """(task, processor) of `variant`, adapted from the base CLIP at `base`; Table 4's rows queue hard negatives
-    from `bank`, their live queues under `output_dir`/hard_negatives/."""
+          bank: NegativeBank | None = None, output_dir: str = "", trust_remote_code: bool = False):
+    """(task, processor) of `variant`, adapted from the base CLIP at `base` (its own code runs only with
+    `trust_remote_code`); Table 4's rows queue hard negatives from `bank`, their live queues under
+    `output_dir`/hard_negatives/."""
     method, length = VARIANTS.get(variant, ("trim", 248))
     tokenizer, image_processor = parts
     set_seed(seed)  # identical initialisation of every new weight (TRIM-Refine's queries) for every variant
-    clip = load_clip(base)
+    clip = load_clip(base, trust_remote_code)
     if method == "clip":
         model = HiMoCLIPModel.from_clip(clip, stretch_positions=length > BASE_LENGTH)
         processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
@@ -160,7 +161,8 @@ def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: in
 
 
 def train_table4(accelerator, args: ScriptArguments, variants: list[str], base: str, parts: tuple, dataset,
-                 loop_args: LoopArguments, lora_args, evaluate, bank_root: Path) -> tuple[dict, dict]:
+                 loop_args: LoopArguments, lora_args, evaluate, bank_root: Path, run_args: dict,
+                 trust_remote_code: bool = False) -> tuple[dict, dict]:
     """Table 4's rows: `args.table4_epochs` passes over the first `args.table4_train` training scenes (their
     dataset indices in a `sample_index` column, PO-HNM's queue rows), the negative bank built or reused first."""
     count = min(args.table4_train, len(dataset["train"]))
@@ -171,7 +173,7 @@ def train_table4(accelerator, args: ScriptArguments, variants: list[str], base: 
     bank = None
     if any(TABLE4[variant][0] for variant in variants):
         with whole_model_init(accelerator):
-            base_clip = load_clip(base)
+            base_clip = load_clip(base, trust_remote_code)
         digest = model_digest(base_clip)
         directory = args.negative_bank or default_bank_directory(bank_root, data["train"], digest)
         processor = HiMoCLIPProcessor(image_processor=parts[1], tokenizer=parts[0], max_length=BASE_LENGTH)
@@ -179,8 +181,9 @@ def train_table4(accelerator, args: ScriptArguments, variants: list[str], base: 
                                           batch_size=loop_args.per_device_eval_batch_size, base_digest=digest)
     return train_variants(
         accelerator, variants,
-        lambda variant: build(args, base, parts, variant, loop_args.seed, switch_step, bank, loop_args.output_dir),
-        evaluate, data, table4_args, lora_args,
+        lambda variant: build(args, base, parts, variant, loop_args.seed, switch_step, bank, loop_args.output_dir,
+                              trust_remote_code),
+        evaluate, data, table4_args, lora_args, run_args=run_args,
     )
 
 
@@ -210,7 +213,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
     test, batch_size = dataset["test"], loop_args.per_device_eval_batch_size
     base = (script_args.base_checkpoint or backbone.init_from_clip
             or short_caption_base(accelerator, backbone, dataset, loop_args))
-    parts = BackboneArguments(init_from_clip=base).processor_parts(dataset, BASE_LENGTH)  # the base's own
+    parts = replace(backbone, init_from_clip=base).processor_parts(dataset, BASE_LENGTH)  # the base's own
     pairs = late_difference_pairs(test, parts[0], BASE_LENGTH)
 
     def evaluate(model, processor):
@@ -218,20 +221,21 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
 
     results, histories = {}, {}
     if accelerator.is_main_process:  # the base, evaluated as it is
-        results[BASE] = evaluate_base(accelerator, base, parts, BASE_LENGTH, evaluate)
+        results[BASE] = evaluate_base(accelerator, base, parts, BASE_LENGTH, evaluate, backbone.trust_remote_code)
     # every variant adapted from the base in one stage
     total = optimizer_steps(loop_args, len(dataset["train"]), accelerator.num_processes)
     switch_step = round(script_args.weight_switch_fraction * total)
     if chosen := [variant for variant in variants if variant in VARIANTS]:
         adapted, adapted_histories = train_variants(
-            accelerator, chosen, lambda variant: build(script_args, base, parts, variant, loop_args.seed, switch_step),
-            evaluate, dataset, loop_args, lora_args,
+            accelerator, chosen, lambda variant: build(script_args, base, parts, variant, loop_args.seed, switch_step,
+                                  trust_remote_code=backbone.trust_remote_code),
+            evaluate, dataset, loop_args, lora_args, run_args=run_args,
         )
         results.update(adapted)
         histories.update(adapted_histories)
     if chosen := [variant for variant in variants if variant in TABLE4]:
         adapted, adapted_histories = train_table4(accelerator, script_args, chosen, base, parts, dataset, loop_args,
-                                                  lora_args, evaluate, bank_root)
+                                                  lora_args, evaluate, bank_root, run_args, backbone.trust_remote_code)
         results.update(adapted)
         histories.update(adapted_histories)
     if accelerator.is_main_process:

@@ -43,8 +43,14 @@ def _eval(args: argparse.Namespace) -> None:
 
     from hf_longclip.evaluation import run_evaluation
 
-    report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split, args.max_samples,
-                            args.tasks, args.batch_size, args.device)
+    try:
+        report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split,
+                                args.max_samples, args.tasks, args.batch_size, args.device,
+                                trust_remote_code=args.trust_remote_code)
+    except ValueError as error:
+        if "trust_remote_code" not in str(error):
+            raise
+        raise ValueError(f"{error} On the command line: --trust-remote-code (only for code you trust).") from None
     print(json.dumps(report["metrics"], indent=2))
     print(f"report and plots in {args.output_dir}/ ({report['num_samples']} samples, "
           f"{report['num_skipped_images']} corrupt images skipped)")
@@ -122,7 +128,7 @@ def _export_onnx(args: argparse.Namespace) -> None:
     from hf_longclip.evaluation import load_model
     from hf_longclip.onnx import export_onnx
 
-    model, processor = load_model(args.model, device="cpu")
+    model, processor = load_model(args.model, device="cpu", trust_remote_code=args.trust_remote_code)
     for tower, path in export_onnx(model, processor, args.output_dir).items():
         print(f"wrote {path} ({tower} tower)")
 
@@ -176,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog_lines=_eval_epilog)
     evaluate.add_argument("--model", required=True,
                           help="checkpoint directory or Hub id, ours or a CLIPModel (required)")
+    evaluate.add_argument("--trust-remote-code", action="store_true",
+                          help="let a checkpoint that needs code of its own run it in this process; without it only "
+                               "transformers' and hf-longclip's own model types load (default: off)")
     evaluate.add_argument("--dataset", required=True, type=_dataset_name,
                           help="benchmark to evaluate on: synthetic or one listed below (required)")
     evaluate.add_argument("--data-dir", help="the benchmark's files, required except for synthetic (for synthetic: "
@@ -223,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     onnx.add_argument("--model", required=True, help="checkpoint directory or Hub id, one of our dual encoders "
                                                      "(required)")
     onnx.add_argument("--output-dir", type=Path, default=Path("onnx"), help="where text.onnx and image.onnx go")
+    onnx.add_argument("--trust-remote-code", action="store_true",
+                      help="let a checkpoint that needs code of its own run it in this process (default: off)")
     onnx.set_defaults(run=_export_onnx)
     return parser
 

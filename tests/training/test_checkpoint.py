@@ -43,7 +43,9 @@ def test_checkpoints_are_complete_and_carry_their_state(saved):
     manifest = json.loads((paths[-1] / STATE_FILE).read_text())["manifest"]
     assert {"model.safetensors", "optimizer.bin", "random_states_0.pkl"} <= set(manifest)
     assert resolve_resume(saved, "latest") == paths[-1]
-    assert resolve_resume(saved, None) is None
+    with pytest.raises(ValueError, match="holds 3 checkpoint"):  # a fresh start would have to delete them
+        resolve_resume(saved, None)
+    assert resolve_resume(saved, None, overwrite=True) is None
 
 
 @pytest.mark.parametrize("damage, reason", [
@@ -64,12 +66,13 @@ def test_latest_skips_a_damaged_checkpoint_with_a_message(saved, damage, reason,
         resolve_resume(saved, str(newest))
 
 
-def test_no_valid_checkpoint_starts_from_scratch(saved, tmp_path, caplog):
+def test_no_valid_checkpoint_stops_and_no_checkpoint_starts_from_scratch(saved, tmp_path, caplog):
     for path in list_checkpoints(saved):
         (path / STATE_FILE).unlink()
-    with caplog.at_level(logging.WARNING):
-        assert resolve_resume(saved, "latest") is None
-    assert "starting from scratch" in caplog.text
+    with caplog.at_level(logging.WARNING), pytest.raises(ValueError, match="no valid checkpoint.*Nothing was deleted"):
+        resolve_resume(saved, "latest")
+    assert len(list_checkpoints(saved)) == 3
+    assert resolve_resume(saved, "latest", overwrite=True) is None
     assert resolve_resume(tmp_path / "never_written", "latest") is None
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_resume(saved, str(tmp_path / "nope"))

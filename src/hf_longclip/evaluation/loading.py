@@ -7,10 +7,13 @@ from pathlib import Path
 
 import torch
 
+from ..fileio import naming_damaged_weights
 
-def load_model(model_name_or_path: str, device: str | None = None):
-    """Any of our checkpoints (AutoModel, trust_remote_code) or a plain transformers CLIPModel, with its processor,
-    in eval mode on `device` (default: CUDA when available).
+
+def load_model(model_name_or_path: str, device: str | None = None, trust_remote_code: bool = False):
+    """Any of our checkpoints or a plain transformers CLIPModel (through the Auto classes, which `import hf_longclip`
+    registers ours with), with its processor, in eval mode on `device` (default: CUDA when available). A checkpoint
+    that needs code of its own loads only with `trust_remote_code=True`: that code runs in this process.
 
     Fails fast with a one-line reason: `FileNotFoundError` for a path (starts with '.', '/' or '~', has more than
     one '/', starts with an existing directory, or is no valid Hub id) that is not a directory; `OSError` for a Hub
@@ -64,8 +67,9 @@ def load_model(model_name_or_path: str, device: str | None = None):
             name = snapshot_download(name, local_files_only=True)
     from transformers import AutoModel, AutoProcessor
 
-    model = AutoModel.from_pretrained(name, trust_remote_code=True)
-    processor = AutoProcessor.from_pretrained(name, trust_remote_code=True)
+    with naming_damaged_weights(name):
+        model = AutoModel.from_pretrained(name, trust_remote_code=trust_remote_code)
+    processor = AutoProcessor.from_pretrained(name, trust_remote_code=trust_remote_code)
     if not (hasattr(model, "get_text_features") and hasattr(model, "get_image_features")):
         raise ValueError(f"{model_name_or_path} is a {type(model).__name__}: not a CLIP-style dual encoder")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -18,10 +18,11 @@ from .tasks import evaluate_dataset
 def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | None = None,
                    output_dir: str | Path = "eval", split: str | None = None, max_samples: int | None = None,
                    tasks: Sequence[str] | None = None, batch_size: int = 64, device: str | None = None,
-                   progress: bool = True) -> dict:
-    """Evaluate a model on a benchmark; write `report.json` and the plots into `output_dir`; return the report."""
+                   progress: bool = True, trust_remote_code: bool = False) -> dict:
+    """Evaluate a model on a benchmark; write `report.json` and the plots into `output_dir`; return the report.
+    `trust_remote_code`: let a checkpoint that needs code of its own run it (`load_model`)."""
     check_data_dir(dataset_name, data_dir)  # before the model loads: a missing argument fails at once
-    model, processor = load_model(model_name_or_path, device)
+    model, processor = load_model(model_name_or_path, device, trust_remote_code)
     dataset, split, num_skipped, classnames, templates = load_eval_dataset(dataset_name, data_dir, split,
                                                                            max_samples)
     metrics = evaluate_dataset(model, processor, dataset, tasks, batch_size, progress, classnames, templates)

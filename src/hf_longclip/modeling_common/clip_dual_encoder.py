@@ -6,7 +6,7 @@ import copy
 
 import torch
 from torch import nn
-from transformers import AutoModel, CLIPModel, CLIPTextModel, CLIPTextModelWithProjection
+from transformers import CLIPModel, CLIPTextModel, CLIPTextModelWithProjection
 from transformers import initialization as init
 
 from hf_longclip.modeling_common.dual_encoder import (
@@ -14,6 +14,7 @@ from hf_longclip.modeling_common.dual_encoder import (
     check_input_ids,
     check_pixel_values,
     end_of_text_positions,
+    load_clip_model,
 )
 from hf_longclip.modeling_common.positions import stretch_position_embeddings
 
@@ -39,17 +40,16 @@ class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
             init.constant_(module.logit_scale, self.config.logit_scale_init_value)
 
     @classmethod
-    def from_clip(cls, clip: "str | CLIPModel", stretch_positions: bool = True, **config_kwargs):
-        """Build the model from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`).
+    def from_clip(cls, clip: "str | CLIPModel", stretch_positions: bool = True, trust_remote_code: bool = False,
+                  **config_kwargs):
+        """Build the model from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`; code the
+        checkpoint ships runs only with `trust_remote_code=True`: see `load_clip_model`).
 
         The text position table is stretched with Long-CLIP's knowledge-preserved scheme (77 -> 248) unless
         `stretch_positions=False` (CLIP's 77 positions); `config_kwargs` set the model's own options. Weights under
         `new_weight_prefixes` start from the model's initialisation; any other weight must come from the checkpoint.
         """
-        if not isinstance(clip, CLIPModel):  # transformers' CLIP, or one of ours (a CLIPModel subclass)
-            clip = AutoModel.from_pretrained(clip, trust_remote_code=True)
-            if not isinstance(clip, CLIPModel):
-                raise ValueError(f"the checkpoint holds a {type(clip).__name__}, not a CLIPModel")
+        clip = load_clip_model(clip, trust_remote_code)
         state = clip.state_dict()
         key = "text_model.embeddings.position_embedding.weight"
         if stretch_positions:

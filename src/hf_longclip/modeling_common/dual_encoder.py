@@ -1,10 +1,12 @@
 """What every dual-encoder model of the library shares: its output type, its saving behaviour, where it pools a
-text and the checks of its inputs (`check_input_ids`, `check_pixel_values`: free, no host synchronisation)."""
+text, the checks of its inputs (`check_input_ids`, `check_pixel_values`: free, no host synchronisation) and how a
+CLIP to start from is loaded (`load_clip_model`)."""
 
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from transformers import AutoModel, CLIPModel
 from transformers.models.clip.modeling_clip import CLIPOutput
 from transformers.utils import can_return_tuple, is_tracing
 
@@ -47,6 +49,20 @@ def pairwise_sigmoid_loss(logits_per_image: torch.Tensor, offset: int = 0) -> to
     rows = torch.arange(logits_per_image.shape[0], device=logits_per_image.device)
     signs[rows, rows + offset] = 1.0
     return -F.logsigmoid(signs * logits_per_image).sum() / logits_per_image.shape[0]
+
+
+def load_clip_model(clip: "str | CLIPModel", trust_remote_code: bool = False, **kwargs) -> CLIPModel:
+    """`clip` itself if it is a `CLIPModel`, else the `CLIPModel` (transformers' or a subclass, such as the library's
+    models) that `AutoModel.from_pretrained(clip, **kwargs)` loads from that Hub id or directory. Code shipped with
+    the checkpoint runs only with `trust_remote_code=True`: without it, transformers' classes and those registered in
+    this process (`import hf_longclip` registers the library's) load, and a checkpoint needing its own code is
+    refused."""
+    if isinstance(clip, CLIPModel):
+        return clip
+    model = AutoModel.from_pretrained(clip, trust_remote_code=trust_remote_code, **kwargs)
+    if not isinstance(model, CLIPModel):
+        raise ValueError(f"{clip} holds a {type(model).__name__}, not a CLIPModel")
+    return model
 
 
 class DualEncoderMixin(CodeBundleMixin):

@@ -3,8 +3,11 @@ parsers that check them as they are given (`--seeds`, `--lr_multipliers`, `--lay
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -74,7 +77,14 @@ class LoopArguments:
     dataloader_num_workers: int = field(default=0, metadata={
         "help": "data-loader worker processes that decode and preprocess (collate) training samples"})
     resume_from_checkpoint: str | None = field(default=None, metadata={
-        "help": "'latest' (newest valid checkpoint of each run, if any) or a checkpoint directory"})
+        "help": "'latest' (the newest valid checkpoint of each run; a run without checkpoints starts; one whose "
+                "checkpoints are all invalid stops) or a checkpoint directory. Without it, a run that finds "
+                "checkpoints stops (see --overwrite_output_dir)"})
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "start each run afresh, deleting the checkpoints it finds (also invalid ones under 'latest')"})
+    allow_changed_arguments: bool = field(default=False, metadata={
+        "help": "resume although arguments that shape the run differ from those saved with the checkpoint (they "
+                "are named, and the run is refused without this flag)"})
 
     def __post_init__(self):
         if self.gradient_accumulation_steps < 1:
@@ -106,6 +116,32 @@ class LoopArguments:
         if len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds must be distinct, got {self.seeds!r}")
         return seeds
+
+
+# Arguments that may change between a run and its resume: the output's location, how long the run goes on (a resume
+# may extend it: the schedule then follows the new length), logging, evaluation and checkpointing cadence, memory-only
+# options (same arithmetic), which of a script's rows run, publishing and whether remote code may run. Every other
+# argument shapes the run (data, model, objective, optimiser, batch, seed, processes...) and is saved with each
+# checkpoint; a resume with a different value is refused (`run_signature`, `checkpoint.check_arguments`).
+FREE_ON_RESUME = frozenset({
+    "output_dir", "seeds", "num_train_epochs", "max_steps", "per_device_eval_batch_size", "gradient_checkpointing",
+    "ddp_find_unused_parameters", "logging_steps", "report_to", "eval_steps", "checkpointing_steps",
+    "save_total_limit", "resume_from_checkpoint", "overwrite_output_dir", "allow_changed_arguments",
+    "variants", "ablation", "models", "push_to_hub", "hub_model_id", "hub_private", "trust_remote_code",
+    "base_cache_dir",
+})
+
+
+def run_signature(args: LoopArguments, num_processes: int, run_arguments: Mapping[str, Any] | None = None) -> dict:
+    """What shapes a run, saved with each of its checkpoints: {"run": the script's arguments as given (`run_arguments`,
+    e.g. `start_run`'s) and the number of processes, "loop": the loop's arguments as this run uses them}, each
+    without `FREE_ON_RESUME`, as JSON values."""
+    def shaping(arguments: Mapping[str, Any]) -> dict:
+        return {name: value for name, value in arguments.items() if name not in FREE_ON_RESUME}
+
+    signature = {"run": {**shaping(run_arguments or {}), "num_processes": num_processes},
+                 "loop": shaping(asdict(args))}
+    return json.loads(json.dumps(signature, default=str))
 
 
 def parse_lr_multipliers(spec: str) -> dict[str, float]:

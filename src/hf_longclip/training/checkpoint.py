@@ -2,7 +2,8 @@
 
 A checkpoint is `<run_dir>/step_<N>/`: everything `accelerator.save_state` writes (weights, optimizer, scheduler,
 RNG states of every process) plus `trainer_state.json`, written last, holding the loop position (step, epoch,
-batches consumed in the epoch), the logged history and a manifest (size and SHA-256 of every other file).
+batches consumed in the epoch), the logged history, the arguments that shape the run (compared on resume) and a
+manifest (size and SHA-256 of every other file).
 Each is written under a hidden temporary name and renamed into place only when complete, so a killed run leaves
 either a whole checkpoint or a `.tmp-*` directory that is ignored and cleaned up.
 """
@@ -24,6 +25,7 @@ from ..fileio import sha256_file
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
+ARGUMENTS = "arguments"  # the run's signature (`arguments.run_signature`) in a checkpoint's state
 PROCESS_STATE_FILE = "process_state_{rank}.pt"
 TASK_FILES = "task_files"
 _CHECKPOINT_NAME = re.compile(r"^step_(\d+)$")
@@ -155,10 +157,20 @@ def read_process_state(path: Path, rank: int) -> dict:
     return torch.load(file, weights_only=True)
 
 
-def resolve_resume(run_dir: Path, resume_from_checkpoint: str | None) -> Path | None:
-    """The checkpoint to resume from: None (no resume), `"latest"` (the newest valid one in `run_dir`, skipping
-    invalid ones with a warning; None if there is none) or an explicit directory (an error if invalid)."""
+def resolve_resume(run_dir: Path, resume_from_checkpoint: str | None, overwrite: bool = False) -> Path | None:
+    """The checkpoint to resume from, or None to start afresh; never deletes anything.
+
+    `resume_from_checkpoint`: None (start afresh: refused while `run_dir` holds checkpoints, unless `overwrite`),
+    `"latest"` (the newest valid checkpoint of `run_dir`, skipping invalid ones with a warning; None when there is no
+    checkpoint at all; refused when there are some but none is valid, unless `overwrite`) or an explicit directory
+    (an error if invalid). A refusal is a ValueError saying what was found and what to pass."""
+    found = list_checkpoints(run_dir)
     if not resume_from_checkpoint:
+        if found and not overwrite:
+            raise ValueError(
+                f"{run_dir} holds {len(found)} checkpoint(s) of this run (newest: {found[-1].name}) and no "
+                f"--resume_from_checkpoint was given: pass --resume_from_checkpoint latest to continue it, or "
+                f"--overwrite_output_dir to delete them and start afresh")
         return None
     if resume_from_checkpoint != "latest":
         path = Path(resume_from_checkpoint)
@@ -167,10 +179,37 @@ def resolve_resume(run_dir: Path, resume_from_checkpoint: str | None) -> Path | 
         if problem := checkpoint_problem(path):
             raise ValueError(f"cannot resume from {path}: {problem}")
         return path
-    for path in reversed(list_checkpoints(run_dir)):
+    problems = []
+    for path in reversed(found):
         problem = checkpoint_problem(path)
         if problem is None:
             return path
         logger.warning(f"skipping checkpoint {path}: {problem}")
-    logger.warning(f"no valid checkpoint in {run_dir}: starting from scratch")
+        problems.append(f"{path.name}: {problem}")
+    if problems and not overwrite:
+        raise ValueError(
+            f"--resume_from_checkpoint latest: no valid checkpoint in {run_dir} ({'; '.join(problems)}). Nothing was "
+            f"deleted: resume from an explicit checkpoint directory, or pass --overwrite_output_dir to delete them "
+            f"and start afresh")
     return None
+
+
+def check_arguments(saved: dict, current: dict, what: str, allow_changed: bool = False) -> None:
+    """Compare the run signatures (`arguments.run_signature`) of a checkpoint (`saved`) and of the run resuming it
+    (`current`), group by group (those of `current`): a ValueError naming every argument that differs (`what`: what
+    is refused), or only a warning with `allow_changed`."""
+    absent = "(absent)"
+    changed = []
+    for group, arguments in current.items():
+        before = saved.get(group, {})
+        changed += [f"{name}={before.get(name, absent)!r} -> {arguments.get(name, absent)!r}"
+                    for name in sorted(set(before) | set(arguments)) if before.get(name, absent) != arguments.get(
+                        name, absent)]
+    if not changed:
+        return
+    message = f"{what}: arguments that shape the run differ from the checkpoint's: {', '.join(changed)}"
+    if allow_changed:
+        logger.warning(f"{message} (resuming anyway: --allow_changed_arguments)")
+        return
+    raise ValueError(f"{message}. Resume with the checkpoint's values, start afresh in another --output_dir, or pass "
+                     f"--allow_changed_arguments to resume with the new ones")

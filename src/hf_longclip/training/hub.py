@@ -41,6 +41,8 @@ from huggingface_hub import (
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 from huggingface_hub.utils import filter_repo_objects
 
+from ..export import TESTED_TRANSFORMERS
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_TAGS = ("hf-longclip", "clip", "long-captions", "image-text-retrieval", "custom_code")
@@ -202,6 +204,7 @@ def build_model_card(
         training_args=scalar_args,
         results=rows,
         config=config,
+        tested_transformers=" and ".join(TESTED_TRANSFORMERS),
         **template_kwargs,
     )
 

@@ -11,8 +11,9 @@ import logging
 import math
 import os
 import shutil
-from dataclasses import asdict
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from accelerate import Accelerator
@@ -32,9 +33,11 @@ from transformers.integrations import (
     unset_hf_deepspeed_config,
 )
 
-from .arguments import LoopArguments
+from .arguments import LoopArguments, run_signature
 from .checkpoint import (
+    ARGUMENTS,
     TASK_FILES,
+    check_arguments,
     read_process_state,
     read_state,
     resolve_resume,
@@ -180,6 +183,7 @@ def train(
     run_name: str = "train",
     eval_dataset: Dataset | None = None,
     progress_label: str | None = None,
+    run_arguments: Mapping[str, Any] | None = None,
 ) -> tuple[torch.nn.Module, list[dict]]:
     """Train `task.model` on the sum of `task.compute_loss`'s terms (see `hf_longclip.training.task`).
 
@@ -188,8 +192,11 @@ def train(
     processes, learning rate, what `task.after_optimizer_step` reports, and the validation
     loss every `eval_steps`). Checkpoints go to `<output_dir>/checkpoints/<run_name>/`;
     `args.resume_from_checkpoint` continues from there exactly: same weights, optimizer, schedule, RNG states,
-    data order and task state as a run that was never interrupted. With `args.train_shards` the training data is
-    streamed from those shards (`StreamedBatches`) and `train_dataset` is not used. With
+    data order and task state as a run that was never interrupted. Nothing is deleted unless
+    `args.overwrite_output_dir` (`checkpoint.resolve_resume` says when a run is refused), and a resume whose
+    arguments that shape the run (`args`, the script's `run_arguments`, the number of processes: `run_signature`)
+    differ from the checkpoint's is refused unless `args.allow_changed_arguments`. With `args.train_shards` the
+    training data is streamed from those shards (`StreamedBatches`) and `train_dataset` is not used. With
     `args.contrastive_batch_size` each batch holds that many samples per process and its gradient is computed in
     chunks of `args.per_device_train_batch_size` (`gradient_cache.cached_backward`).
     """
@@ -236,10 +243,13 @@ def train(
 
     run_dir = Path(args.output_dir) / "checkpoints" / run_name
     step, epoch, batches_done, history, window = 0, 0, 0, [], LossWindow()
-    resume = resolve_resume(run_dir, args.resume_from_checkpoint)
+    signature = run_signature(args, accelerator.num_processes, run_arguments)
+    resume = resolve_resume(run_dir, args.resume_from_checkpoint, args.overwrite_output_dir)
     if resume is not None:
-        accelerator.load_state(str(resume))
         state = read_state(resume)
+        check_arguments(state.get(ARGUMENTS, {}), signature, f"cannot resume {run_name} from {resume}",
+                        args.allow_changed_arguments)
+        accelerator.load_state(str(resume))
         step, epoch, batches_done, history = (state["step"], state["epoch"], state["batches_in_epoch"],
                                               state["history"])
         process_state = read_process_state(resume, accelerator.process_index)
@@ -248,8 +258,8 @@ def train(
         if args.train_shards:
             loader.load_state_dict(process_state["data_loader"], epoch)
         logger.info(f"{run_name}: resumed from {resume} at step {step}", main_process_only=True)
-    elif run_dir.exists() and accelerator.is_main_process:
-        logger.warning(f"{run_name}: starting afresh, removing old checkpoints in {run_dir}")
+    elif run_dir.exists() and accelerator.is_main_process:  # checkpoints only with --overwrite_output_dir
+        logger.warning(f"{run_name}: starting afresh, removing {run_dir}")
         shutil.rmtree(run_dir)
     accelerator.wait_for_everyone()
     task.restore_files(None if resume is None else resume / TASK_FILES, accelerator)
@@ -303,7 +313,7 @@ def train(
                 logger.info(f"{run_name} step {step}/{total_steps} {record}", main_process_only=True)
             if args.checkpointing_steps > 0 and (step % args.checkpointing_steps == 0 or step == total_steps):
                 state = {"epoch": epoch, "batches_in_epoch": batches_done, "history": history,
-                         "run_name": run_name, "training_args": asdict(args)}
+                         "run_name": run_name, ARGUMENTS: signature}
                 process_state = {"task": task.state_dict(), "loss_window": window.state_dict(),
                                  **({"data_loader": loader.state_dict()} if args.train_shards else {})}
                 save_checkpoint(accelerator, run_dir, step, state, process_state, args.save_total_limit,

@@ -34,7 +34,8 @@ from transformers import (
 from ..data.tokenizer import scene_corpus, train_scene_tokenizer
 from ..fileio import write_atomic
 from ..plots import plot_loss_curves, plot_seed_summary
-from .arguments import LoopArguments
+from .arguments import LoopArguments, run_signature
+from .checkpoint import ARGUMENTS, check_arguments, checkpoint_problem, read_state, resolve_resume
 from .hub import ModelCardInfo, build_model_card, push_to_hub
 from .loop import make_accelerator, save_model, train, whole_model_init
 from .lora import LoraArguments, apply_lora, count_parameters, merge_lora
@@ -69,6 +70,9 @@ class BackboneArguments:
     init_from_clip: str | None = field(
         default=None, metadata={"help": "CLIPModel Hub id or directory to start from; None: a small model from scratch"}
     )
+    trust_remote_code: bool = field(default=False, metadata={
+        "help": "run the code a checkpoint given by name ships (--init_from_clip, --base_checkpoint) if it needs its "
+                "own; off: only transformers' classes and the library's load (docs/safety.md)"})
     image_size: int = field(default=64, metadata={"help": "side in pixels of the synthetic images and of the "
                                                           "scratch model's input"})
     hidden_size: int = field(default=128, metadata={"help": "width of both encoders when training from scratch"})
@@ -93,8 +97,8 @@ class BackboneArguments:
         """(tokenizer, image processor): the checkpoint's, or a tokenizer trained on `dataset`'s texts with
         `positions` positions and a CLIP image processor at `image_size`."""
         if self.init_from_clip:
-            return (AutoTokenizer.from_pretrained(self.init_from_clip),
-                    AutoImageProcessor.from_pretrained(self.init_from_clip))
+            return (AutoTokenizer.from_pretrained(self.init_from_clip, trust_remote_code=self.trust_remote_code),
+                    AutoImageProcessor.from_pretrained(self.init_from_clip, trust_remote_code=self.trust_remote_code))
         size = self.image_size
         return (train_scene_tokenizer(scene_corpus(dataset), model_max_length=positions),
                 CLIPImageProcessorPil(size={"shortest_edge": size}, crop_size={"height": size, "width": size}))
@@ -131,8 +135,30 @@ def start_run(name: str, script_arguments: type, defaults: Mapping[str, Any], ba
     backbone_args = parsed[1] if backbone else None
     accelerator = make_accelerator(loop_args)
     run_args = {key: value for group in parsed for key, value in asdict(group).items()}
+    check_output_dir(loop_args, run_signature(loop_args, accelerator.num_processes, run_args)["run"])
     accelerator.init_trackers(name, config=run_args)
     return script_args, backbone_args, loop_args, lora_args, hub_args, accelerator, run_args
+
+
+def check_output_dir(loop_args: LoopArguments, run_signature_part: dict) -> None:
+    """Before any work, stop (SystemExit) where the loop would refuse a run under `loop_args.output_dir` (every
+    `checkpoints/<run>/` below it, `--seeds` runs included): checkpoints there but no `--resume_from_checkpoint` (nor
+    `--overwrite_output_dir`), `latest` with only invalid ones, or a checkpoint to resume whose script arguments
+    (`run_signature_part`, the signature's "run" group) differ, unless `--allow_changed_arguments`. The loop checks
+    the same per run, with the loop's arguments as each run uses them."""
+    runs = sorted({path.parent for path in Path(loop_args.output_dir).glob("**/checkpoints/*/step_*")})
+    resume = loop_args.resume_from_checkpoint
+    try:
+        resumed = [Path(resume)] if resume and resume != "latest" else []
+        for run_dir in runs if not resumed else []:
+            path = resolve_resume(run_dir, resume, loop_args.overwrite_output_dir)
+            resumed += [path] if path is not None else []
+        for path in resumed:
+            if checkpoint_problem(path) is None:
+                check_arguments(read_state(path).get(ARGUMENTS, {}), {"run": run_signature_part},
+                                f"cannot resume from {path}", loop_args.allow_changed_arguments)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
 
 
 def parse_variants(text: str, known: Sequence[str]) -> list[str]:
@@ -154,24 +180,32 @@ def train_variants(
     lora_args: LoraArguments,
     auto_class: type = AutoModel,
     phase: str = "",
+    run_args: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, dict], dict[str, list[dict]]]:
     """Train, save and evaluate each variant; return {variant: metrics} and {variant: history}. `phase` prefixes the
     progress bar's label (e.g. "base pretraining"), so a base is not mistaken for a fine-tuned variant.
 
     `build(variant) -> (task, processor)` is called with every variant built whole (also under ZeRO-3) from the
     same seed; `evaluate(model, processor)` runs on the main process on the checkpoint reloaded with
-    `auto_class.from_pretrained(..., trust_remote_code=True)`; its metrics gain `train_seconds`. A resumed run
-    (`--resume_from_checkpoint`) skips variants whose evaluation is already written, and says so. Each finished
-    variant prints its metrics at once: a run stopped early (a timeout) leaves the rows it finished.
+    `auto_class.from_pretrained(..., trust_remote_code=True)` (the code this run just saved beside the weights: what
+    users of the checkpoint run); its metrics gain `train_seconds`. `run_args`: the script's arguments (`start_run`),
+    those that shape the run saved with each checkpoint and evaluation (`run_signature`). A resumed run
+    (`--resume_from_checkpoint`) skips variants whose evaluation is already written, if their arguments match, and
+    says so. Each finished variant prints its metrics at once: a run stopped early (a timeout) leaves the rows it
+    finished.
     """
     if lora_args.lora_r > 0 and getattr(accelerator.state.deepspeed_plugin, "zero_stage", None) == 3:
         raise SystemExit("LoRA under ZeRO-3 is not supported (merging needs whole weights): use ZeRO-2 or DDP")
     output_dir = Path(loop_args.output_dir)
+    signature = run_signature(loop_args, accelerator.num_processes, run_args)
     results, histories = {}, {}
     for variant in variants:
         eval_file = output_dir / "eval" / f"{variant}.json"  # written last: a resumed run skips finished variants
         if loop_args.resume_from_checkpoint and eval_file.is_file():
-            results[variant], histories[variant] = json.loads(eval_file.read_text()).values()
+            finished = json.loads(eval_file.read_text())
+            check_arguments(finished.get(ARGUMENTS, {}), signature, f"cannot reuse the finished {variant} ({eval_file})",
+                            loop_args.allow_changed_arguments)
+            results[variant], histories[variant] = finished["results"], finished["history"]
             accelerator.print(f"{variant}: finished in an earlier run, skipped ({eval_file})")
             continue
         with whole_model_init(accelerator):
@@ -184,7 +218,7 @@ def train_variants(
             logger.info(f"{variant}: LoRA trains {trainable:,} of {total:,} parameters", main_process_only=True)
         start = time.perf_counter()
         model, histories[variant] = train(task, dataset["train"], loop_args, accelerator, run_name=variant,
-                                          eval_dataset=dataset["validation"],
+                                          eval_dataset=dataset["validation"], run_arguments=run_args,
                                           progress_label=f"{phase} {variant}".strip())
         seconds = time.perf_counter() - start
         if lora_args.lora_r > 0:
@@ -198,7 +232,8 @@ def train_variants(
             results[variant] = {**evaluate(saved.to(accelerator.device), processor),
                                 "train_seconds": round(seconds, 1)}
             eval_file.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(eval_file, json.dumps({"results": results[variant], "history": histories[variant]}))
+            write_atomic(eval_file, json.dumps({"results": results[variant], "history": histories[variant],
+                                                ARGUMENTS: signature}))
             scalars = ", ".join(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}"
                                 for key, value in results[variant].items()
                                 if isinstance(value, int | float) and key != "train_seconds")

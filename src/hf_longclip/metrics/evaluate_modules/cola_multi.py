@@ -3,6 +3,7 @@
 import datasets
 import evaluate
 
+from hf_longclip.metrics import checked  # the module: evaluate takes the first Metric class it finds here
 from hf_longclip.metrics.cola import cola_multi
 
 _DESCRIPTION = """\
@@ -43,7 +44,7 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class ColaMulti(evaluate.Metric):
+class ColaMulti(checked.CheckedMetric):
     """COLA multi-object matching accuracy over (N, 2, 2) image-caption scores."""
 
     def _info(self) -> evaluate.MetricInfo:

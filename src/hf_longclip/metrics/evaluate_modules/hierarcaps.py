@@ -4,6 +4,7 @@
 import datasets
 import evaluate
 
+from hf_longclip.metrics import checked  # the module: evaluate takes the first Metric class it finds here
 from hf_longclip.metrics.hierarcaps import hierarcaps, text_pool
 
 _DESCRIPTION = """\
@@ -70,7 +71,7 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class HierarCaps(evaluate.Metric):
+class HierarCaps(checked.CheckedMetric):
     """HierarCaps precision, per-level recall, d_corr (radius order) and DITM's d_corr to the image."""
 
     def _info(self) -> evaluate.MetricInfo:

@@ -3,6 +3,7 @@
 import datasets
 import evaluate
 
+from hf_longclip.metrics import checked  # the module: evaluate takes the first Metric class it finds here
 from hf_longclip.metrics.citations import HIMO_CLIP
 from hf_longclip.metrics.himo import himo_at_k
 
@@ -36,7 +37,7 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class HimoAtK(evaluate.Metric):
+class HimoAtK(checked.CheckedMetric):
     """HiMo@K (HiMo-CLIP Eqs. 5 and 6) over ragged lists of prefix scores."""
 
     def _info(self) -> evaluate.MetricInfo:

@@ -4,6 +4,7 @@
 import datasets
 import evaluate
 
+from hf_longclip.metrics import checked  # the module: evaluate takes the first Metric class it finds here
 from hf_longclip.metrics.citations import HIMO_CLIP
 from hf_longclip.metrics.retrieval import long_text_retrieval
 
@@ -55,7 +56,7 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class LongTextRetrieval(evaluate.Metric):
+class LongTextRetrieval(checked.CheckedMetric):
     """Recall@K both ways with several captions per image, computed in bounded memory."""
 
     def _info(self) -> evaluate.MetricInfo:

@@ -4,6 +4,7 @@
 import datasets
 import evaluate
 
+from hf_longclip.metrics import checked  # the module: evaluate takes the first Metric class it finds here
 from hf_longclip.metrics.citations import HIMO_CLIP
 from hf_longclip.metrics.ssi import ssi
 
@@ -33,7 +34,7 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class SemanticStabilityIndex(evaluate.Metric):
+class SemanticStabilityIndex(checked.CheckedMetric):
     """SSI (HiMo-CLIP Eq. 22) over ragged lists of subtext scores."""
 
     def _info(self) -> evaluate.MetricInfo:

@@ -4,6 +4,7 @@
 import datasets
 import evaluate
 
+from hf_longclip.metrics import checked  # the module: evaluate takes the first Metric class it finds here
 from hf_longclip.metrics.zero_shot import zero_shot_classification
 
 _DESCRIPTION = """\
@@ -51,7 +52,7 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class ZeroShotClassification(evaluate.Metric):
+class ZeroShotClassification(checked.CheckedMetric):
     """Top-k zero-shot classification accuracy from image and class embeddings."""
 
     def _info(self) -> evaluate.MetricInfo:

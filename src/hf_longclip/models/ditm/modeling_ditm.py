@@ -51,12 +51,14 @@ class DITMModel(CLIPDualEncoder):
 
     @classmethod
     def from_clip(
-        cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, stretch_positions: bool = False, **config_kwargs
+        cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, stretch_positions: bool = False,
+        trust_remote_code: bool = False, **config_kwargs,
     ) -> "DITMModel":
-        """Build a DITM model from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`): CLIP's
+        """Build a DITM model from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`; the
+        checkpoint's own code runs only with `trust_remote_code=True`): CLIP's
         towers, a randomly initialised GPO (Sec. IV-C.2). `stretch_positions=True` stretches the text positions
         77 -> 248 (Long-CLIP) for long captions; `config_kwargs` set configuration options (GPO's)."""
-        return super().from_clip(clip, stretch_positions, **config_kwargs)
+        return super().from_clip(clip, stretch_positions, trust_remote_code, **config_kwargs)
 
     @can_return_tuple
     def get_image_features(

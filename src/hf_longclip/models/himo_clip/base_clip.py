@@ -18,10 +18,10 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from filelock import FileLock, Timeout
-from transformers import AutoModel, CLIPModel
 
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.fileio import write_atomic
+from hf_longclip.fileio import naming_damaged_weights, write_atomic
+from hf_longclip.modeling_common.dual_encoder import load_clip_model
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import whole_model_init
 from hf_longclip.training.lora import LoraArguments
@@ -44,16 +44,16 @@ def base_clip_task(backbone: BackboneArguments, dataset, positions: int, seed: i
 
 
 def train_base_clip(accelerator: Accelerator, name: str, backbone: BackboneArguments, dataset, positions: int,
-                    loop_args: LoopArguments,
-                    evaluate: Callable[[torch.nn.Module, object], dict]) -> tuple[str, dict, dict]:
+                    loop_args: LoopArguments, evaluate: Callable[[torch.nn.Module, object], dict],
+                    run_args: dict | None = None) -> tuple[str, dict, dict]:
     """Train `base_clip_task` on `dataset` for `backbone.base_steps` optimizer steps at `backbone.base_learning_rate`
-    as variant `name` of this run (saved, reloaded and evaluated like any variant; resumable); return its checkpoint
-    directory, {name: metrics} and {name: history}. (`short_caption_base` is the cached short-caption variant.)"""
+    as variant `name` of this run (saved, reloaded and evaluated like any variant; resumable; `run_args`: the script's
+    arguments, as `train_variants` takes them); return its checkpoint directory, {name: metrics} and {name: history}. (`short_caption_base` is the cached short-caption variant.)"""
     base_args = replace(loop_args, max_steps=backbone.base_steps, learning_rate=backbone.base_learning_rate,
                         lr_multipliers="", layer_decay=1.0)
     results, histories = train_variants(
         accelerator, [name], lambda _: base_clip_task(backbone, dataset, positions, loop_args.seed), evaluate,
-        dataset, base_args, LoraArguments(), phase="base pretraining",
+        dataset, base_args, LoraArguments(), phase="base pretraining", run_args=run_args,
     )
     return str(Path(loop_args.output_dir) / name), results, histories
 
@@ -125,19 +125,22 @@ def _one_builder(accelerator: Accelerator, root: Path) -> Iterator[None]:
             lock.release()
 
 
-def load_clip(path: str):
-    """A `CLIPModel` (ours or transformers') from a directory or Hub id, in float32; a clear exit otherwise."""
-    model = AutoModel.from_pretrained(path, trust_remote_code=True, dtype=torch.float32)
-    if not isinstance(model, CLIPModel):
-        raise SystemExit(f"{path} holds a {type(model).__name__}, not a CLIPModel")
-    return model
+def load_clip(path: str, trust_remote_code: bool = False):
+    """A `CLIPModel` (ours or transformers') from a directory or Hub id, in float32 (`load_clip_model`: code the
+    checkpoint ships runs only with `trust_remote_code`); a clear exit otherwise."""
+    try:
+        with naming_damaged_weights(path):
+            return load_clip_model(path, trust_remote_code, dtype=torch.float32)
+    except ValueError as error:  # not a CLIPModel, or a checkpoint that needs its own code
+        hint = "\n(--trust_remote_code runs it: only for code you trust)" if "trust_remote_code" in str(error) else ""
+        raise SystemExit(f"{error}{hint}") from None
 
 
 def evaluate_base(accelerator: Accelerator, path: str, parts: tuple, max_length: int,
-                  evaluate: Callable[[torch.nn.Module, object], dict]) -> dict:
+                  evaluate: Callable[[torch.nn.Module, object], dict], trust_remote_code: bool = False) -> dict:
     """The base CLIP at `path` evaluated as it is (call on the main process), through a processor of its own
     (tokenizer, image processor) `parts` reading `max_length` tokens: the row every fine-tuned variant starts from."""
     with whole_model_init(accelerator):
-        model = load_clip(path)
+        model = load_clip(path, trust_remote_code)
     processor = HiMoCLIPProcessor(image_processor=parts[1], tokenizer=parts[0], max_length=max_length)
     return evaluate(model.to(accelerator.device), processor)

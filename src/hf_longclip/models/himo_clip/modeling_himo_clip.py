@@ -35,9 +35,10 @@ class HiMoCLIPModel(CLIPDualEncoder):
     @classmethod
     def from_clip(
         cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, stretch_positions: bool = True,
-        frozen_position_rows: int | None = None, **config_kwargs
+        frozen_position_rows: int | None = None, trust_remote_code: bool = False, **config_kwargs,
     ) -> "HiMoCLIPModel":
-        """Build a HiMo-CLIP from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`).
+        """Build a HiMo-CLIP from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`; the
+        checkpoint's own code runs only with `trust_remote_code=True`).
 
         The text position table is stretched with Long-CLIP's knowledge-preserved scheme (77 -> 248) unless
         `stretch_positions=False` (a 77-token baseline); `config_kwargs` set configuration options.
@@ -46,7 +47,7 @@ class HiMoCLIPModel(CLIPDualEncoder):
         """
         if frozen_position_rows is None:
             frozen_position_rows = LONGCLIP_KEEP_POSITIONS if stretch_positions else 0
-        return super().from_clip(clip, stretch_positions, frozen_position_rows=frozen_position_rows,
+        return super().from_clip(clip, stretch_positions, trust_remote_code, frozen_position_rows=frozen_position_rows,
                                  **config_kwargs)
 
 

@@ -33,6 +33,7 @@ from hf_longclip.modeling_common.dual_encoder import (
     check_input_ids,
     check_pixel_values,
     end_of_text_positions,
+    load_clip_model,
 )
 from hf_longclip.modeling_common.positions import RotaryEmbedding, apply_rotary, ntk_inverse_frequencies
 
@@ -233,13 +234,13 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
     @classmethod
     def from_clip(
         cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, max_length: int = ONELIP_TEXT_POSITIONS,
-        **config_kwargs,
+        trust_remote_code: bool = False, **config_kwargs,
     ) -> "OneLIPModel":
-        """A OneLIP initialised from a CLIP (Hub id, local directory or in-memory `CLIPModel`): every weight copied
-        but the text position table, which RoPE replaces; T_f is CLIP's text length, T_g = `max_length`;
-        `config_kwargs` set configuration options. TRIM-Refine's queries start from their init."""
-        if not isinstance(clip, CLIPModel):
-            clip = CLIPModel.from_pretrained(clip)
+        """A OneLIP initialised from a CLIP (Hub id, local directory or in-memory `CLIPModel`; the checkpoint's own
+        code runs only with `trust_remote_code=True`): every weight copied but the text position table, which RoPE
+        replaces; T_f is CLIP's text length, T_g = `max_length`; `config_kwargs` set configuration options.
+        TRIM-Refine's queries start from their init."""
+        clip = load_clip_model(clip, trust_remote_code)
         state = {k: v for k, v in clip.state_dict().items() if k != _POSITION_TABLE}
         state["logit_scale"] = state["logit_scale"].reshape(1)
         text_config = clip.config.text_config.to_dict()
