@@ -160,8 +160,9 @@ def isolated_modules_cache(tmp_path, monkeypatch):
 
     for name in loaded():
         monkeypatch.delitem(sys.modules, name)
+    real_cache = str(evaluate.config.HF_MODULES_CACHE)  # on sys.path once a module was loaded: would shadow ours
     monkeypatch.setattr(evaluate.config, "HF_MODULES_CACHE", tmp_path / "modules")
-    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "path", [entry for entry in sys.path if entry != real_cache])
     yield tmp_path / "modules"
     for name in loaded():
         del sys.modules[name]

@@ -120,17 +120,8 @@ def test_segment_ends_errors(n, k, message):
         segment_ends(n, k)
 
 
-@pytest.fixture
-def modules_cache(tmp_path, monkeypatch):
-    """Point evaluate's dynamic-modules cache (and the import path it extends) at a temporary directory."""
-    import evaluate
 
-    monkeypatch.setattr(evaluate.config, "HF_MODULES_CACHE", tmp_path / "modules")
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    return tmp_path / "modules"
-
-
-def test_evaluate_module_by_path_matches_function(modules_cache):
+def test_evaluate_module_by_path_matches_function(isolated_modules_cache):
     scores = [[0.234, 0.243, 0.247, 0.275], [0.371, 0.351, 0.331, 0.290, 0.266, 0.265, 0.267], [0.3] * 4]
     metric = load("himo_at_k", keep_in_memory=True)
     assert metric.compute(scores=scores) == himo_at_k(scores)
@@ -138,12 +129,12 @@ def test_evaluate_module_by_path_matches_function(modules_cache):
     assert metric.compute(scores=mixed, method="accuracy") == himo_at_k(mixed, method="accuracy")
 
 
-def test_install_layout_is_content_addressed_and_newest(modules_cache):
+def test_install_layout_is_content_addressed_and_newest(isolated_modules_cache):
     from evaluate.loading import CachedEvaluationModuleFactory
 
     code = script_path("himo_at_k").read_bytes()
     digest = hashlib.sha256(code).hexdigest()
-    metric_dir = modules_cache / "evaluate_modules" / "metrics" / "evaluate-metric--himo_at_k"
+    metric_dir = isolated_modules_cache / "evaluate_modules" / "metrics" / "evaluate-metric--himo_at_k"
     assert {"himo_at_k", "ssi", "long_text_retrieval", "hierarcaps", "zero_shot_classification",
             "cola_multi"} == set(METRIC_NAMES)
     installed = install_metrics()
@@ -151,12 +142,13 @@ def test_install_layout_is_content_addressed_and_newest(modules_cache):
     assert (metric_dir / digest / "himo_at_k.py").read_bytes() == code
     meta = json.loads((metric_dir / digest / "himo_at_k.json").read_text())
     assert meta["original file path"] == str(script_path("himo_at_k"))
-    packages = [modules_cache, modules_cache / "evaluate_modules", metric_dir.parent, metric_dir, metric_dir / digest]
+    packages = [isolated_modules_cache, isolated_modules_cache / "evaluate_modules", metric_dir.parent, metric_dir,
+                metric_dir / digest]
     assert all((package / "__init__.py").is_file() for package in packages)
 
     def cached_hash() -> str:
         factory = CachedEvaluationModuleFactory(
-            "evaluate-metric--himo_at_k", dynamic_modules_path=str(modules_cache / "evaluate_modules")
+            "evaluate-metric--himo_at_k", dynamic_modules_path=str(isolated_modules_cache / "evaluate_modules")
         )
         return factory.get_module().hash
 
@@ -168,7 +160,7 @@ def test_install_layout_is_content_addressed_and_newest(modules_cache):
     (other / "himo_at_k.py").write_text("# another version\n")
     os.utime(other / "himo_at_k.py", (now - 60, now - 60))
     assert cached_hash() == "0" * 64
-    assert metric_dir / digest / "himo_at_k.py" in install_metrics(modules_cache)
+    assert metric_dir / digest / "himo_at_k.py" in install_metrics(isolated_modules_cache)
     assert sorted(path.name for path in metric_dir.iterdir() if len(path.name) == 64) == ["0" * 64, digest]
     assert cached_hash() == digest
 
