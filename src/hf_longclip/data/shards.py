@@ -40,7 +40,7 @@ import os
 import tarfile
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import datasets
 import fsspec

@@ -19,7 +19,7 @@ from conftest import (
 from helpers.ditm import ditm_processor, tiny_ditm
 from helpers.fresh_process import FRESH_PROCESS_PRELUDE, load_in_fresh_process
 
-from hf_longclip import DITMConfig, DITMModel, DITMProcessor
+from hf_longclip import DITMConfig, DITMModel
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.export import model_bundle
 from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator

@@ -14,7 +14,6 @@ from helpers.fcast import (
     CAPTIONS,
     TABLE2,
     fcast_task,
-    random_images,
     tiny_config,
     tiny_fcast,
     tiny_processor,
@@ -24,7 +23,6 @@ from helpers.launch import torchrun
 
 from hf_longclip import FCASTConfig, FCASTModel
 from hf_longclip.models.fcast import FCASTTextConfig
-from hf_longclip.models.fcast.chunking import balanced_chunks
 from hf_longclip.models.fcast.objective import part_level_queries
 from hf_longclip.models.fcast.task import FCASTTask
 
