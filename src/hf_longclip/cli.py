@@ -66,7 +66,7 @@ def _shard(args: argparse.Namespace) -> None:
 
 
 def _convert(args: argparse.Namespace) -> None:
-    from hf_longclip.conversion import convert_checkpoint, push_converted, save_converted
+    from hf_longclip.conversion import conversion_card, convert_checkpoint, save_converted
 
     model, processor = convert_checkpoint(args.format, args.checkpoint, args.tokenizer, args.bpe_file)
     output = save_converted(model, processor, args.output_dir, args.text_encoder_only)
@@ -74,7 +74,12 @@ def _convert(args: argparse.Namespace) -> None:
     print(f"wrote the {what} converted from {args.checkpoint} to {output}/"
           + ("" if processor is not None else " (no processor: pass --tokenizer or --bpe-file to add one)"))
     if args.push_to_hub:
-        print(f"pushed: {push_converted(output, args.push_to_hub, args.format, args.text_encoder_only)}")
+        from hf_longclip.training.hub import push_to_hub
+
+        url = push_to_hub(output, args.push_to_hub, card=conversion_card(args.format, args.push_to_hub,
+                                                                         args.text_encoder_only),
+                          commit_message=f"Convert the released {args.format} weights with hf-longclip")
+        print(f"pushed: {url}")
 
 
 def _dataset_name(value: str) -> str:

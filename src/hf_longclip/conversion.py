@@ -7,7 +7,8 @@
 release format, by a restricted reader that runs none of their code), `clip_tokenizer` builds the CLIP tokenizer
 (a transformers id or folder, or OpenAI's BPE file offline), and `FORMATS` names each format's converter:
 `convert(state_dict, tokenizer) -> (model, processor or None)`, sizes inferred from the state dict.
-`hf-longclip convert` is `convert_checkpoint` + `save_converted` (+ `push_converted`).
+`hf-longclip convert` is `convert_checkpoint` + `save_converted` (+ `training.hub.push_to_hub` with
+`conversion_card`).
 """
 
 from __future__ import annotations
@@ -358,11 +359,3 @@ def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False):
         body += ("## Results reported in the paper\n\nAs reported by the authors, not measured on this conversion:"
                  f"\n\n| benchmark | reported |\n| --- | --- |\n{reported}\n")
     return ModelCard(body)
-
-
-def push_converted(output_dir: str | Path, repo_id: str, format: str, text_encoder_only: bool = False) -> str:
-    """Upload a converted checkpoint with its `conversion_card`; returns the commit URL."""
-    from .training.hub import push_to_hub
-
-    return push_to_hub(output_dir, repo_id, card=conversion_card(format, repo_id, text_encoder_only),
-                       commit_message=f"Convert the released {format} weights with hf-longclip")
