@@ -41,7 +41,7 @@ from huggingface_hub import (
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 from huggingface_hub.utils import filter_repo_objects
 
-from ..export import TESTED_TRANSFORMERS
+from ..versions import TESTED_TRANSFORMERS
 
 logger = logging.getLogger(__name__)
 
