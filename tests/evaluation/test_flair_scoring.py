@@ -250,3 +250,33 @@ def test_a_model_without_conditioned_pooling_is_refused(flair):
         check_scoring(model, "local")
     with pytest.raises(ValueError, match="topk"):
         check_scoring(model, "conditioned-topk", 0)
+
+
+def test_cli_eval_scores_conditioned_and_refuses_a_model_without_pooling(flair, tmp_path, capsys):
+    """`hf-longclip eval --scoring conditioned-topk --topk 3` on the converted checkpoint records its mode; a plain
+    CLIPModel asked for conditioned scoring is refused with one line before the benchmark is generated."""
+    import json
+
+    from conftest import tiny_clip
+    from transformers import CLIPImageProcessorPil, CLIPProcessor
+
+    from hf_longclip.cli import main
+
+    _, model, processor, _ = flair
+    model.save_pretrained(tmp_path / "flair")
+    processor.save_pretrained(tmp_path / "flair")
+    common = ["--dataset", "synthetic", "--data-dir", str(tmp_path / "synthetic"), "--max-samples", "6",
+              "--tasks", "retrieval", "--batch-size", "4"]
+    main(["eval", "--model", str(tmp_path / "flair"), *common, "--scoring", "conditioned-topk", "--topk", "3",
+          "--output-dir", str(tmp_path / "eval")])
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert report["scoring"] == "conditioned-topk"
+    assert report["metrics"]["retrieval"]["topk"] == 3 and report["metrics"]["retrieval"]["num_images"] == 6
+
+    clip = tmp_path / "clip"
+    tiny_clip().save_pretrained(clip)
+    CLIPProcessor(CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size=32), processor.tokenizer).save_pretrained(clip)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--model", str(clip), *common, "--scoring", "conditioned", "--data-dir", str(tmp_path / "other")])
+    assert exit_info.value.code == 2
+    assert "CLIPModel has none" in capsys.readouterr().err and not (tmp_path / "other").exists()
