@@ -154,7 +154,8 @@ def test_recalls_equal_flairs_retrieval_code(flair, scoring):
     pairs = {f"{ours_key}_r{k}": f"{their_key}_R@{k}" for k in (1, 5, 10)
              for ours_key, their_key in (("i2t", "image_to_text"), ("t2i", "text_to_image"))}
     print(scoring, {key: (ours[key], 100 * theirs[their]) for key, their in pairs.items()})
-    assert {key: ours[key] for key in pairs} == pytest.approx({key: 100 * theirs[their] for key, their in pairs.items()})
+    expected = {key: 100 * theirs[their] for key, their in pairs.items()}
+    assert {key: ours[key] for key in pairs} == pytest.approx(expected)
     assert ours["num_texts"] == sum(CAPTIONS_PER_IMAGE) and ours.get("scoring", "global") == scoring
 
 
@@ -275,7 +276,8 @@ def test_cli_eval_scores_conditioned_and_refuses_a_model_without_pooling(flair, 
 
     clip = tmp_path / "clip"
     tiny_clip().save_pretrained(clip)
-    CLIPProcessor(CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size=32), processor.tokenizer).save_pretrained(clip)
+    image_processor = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size=32)
+    CLIPProcessor(image_processor, processor.tokenizer).save_pretrained(clip)
     with pytest.raises(SystemExit) as exit_info:
         main(["eval", "--model", str(clip), *common, "--scoring", "conditioned", "--data-dir", str(tmp_path / "other")])
     assert exit_info.value.code == 2

@@ -78,7 +78,8 @@ def pooled_scores(model, tokens: torch.Tensor, padding: torch.Tensor | None, tex
     scores = torch.empty(index.shape, dtype=text_units.dtype, device=text_units.device)
     for rows, columns in _chunks(*index.shape, pairs_per_chunk):
         chosen = index[rows, columns]
-        pooled, _ = model.grounding_pool(text_queries[chosen].to(tokens.dtype), tokens[rows], None if padding is None else padding[rows])
+        pooled, _ = model.grounding_pool(text_queries[chosen].to(tokens.dtype), tokens[rows],
+                                         None if padding is None else padding[rows])
         scores[rows, columns] = (F.normalize(pooled.float(), dim=-1) * text_units[chosen]).sum(dim=-1)
     return scores
 
