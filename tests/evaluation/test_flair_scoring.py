@@ -282,3 +282,21 @@ def test_cli_eval_scores_conditioned_and_refuses_a_model_without_pooling(flair, 
         main(["eval", "--model", str(clip), *common, "--scoring", "conditioned", "--data-dir", str(tmp_path / "other")])
     assert exit_info.value.code == 2
     assert "CLIPModel has none" in capsys.readouterr().err and not (tmp_path / "other").exists()
+
+
+def test_fcast_scores_conditioned_over_its_segments_with_a_note():
+    """F-CAST (CAST's padded segments, the hierarchical text encoder's t^long as the query): conditioned scoring
+    runs, top-k re-scores the same values, and the result says it is not F-CAST's own inference."""
+    from helpers.fcast import CAPTIONS, random_images, tiny_fcast, tiny_processor
+
+    model, processor = tiny_fcast(seed=1).eval(), tiny_processor()
+    rows = Dataset.from_dict({"image": random_images(4), "caption": CAPTIONS})
+    every = evaluate_dataset(model, processor, rows, ["retrieval"], progress=False, scoring="conditioned")["retrieval"]
+    assert every["scoring_note"].startswith("text-conditioned scoring is not F-CAST's inference")
+    assert every["num_texts"] == 4 and 0 <= every["i2t_r1"] <= 100
+    from hf_longclip.evaluation import encode_texts
+
+    queries = encode_texts(model, processor, CAPTIONS, normalize=False)
+    full = conditioned_score_matrix(model, processor, random_images(4), queries)
+    top = conditioned_score_matrix(model, processor, random_images(4), queries, topk=2)
+    torch.testing.assert_close(top[top > -2], full[top > -2], rtol=1e-5, atol=1e-6)
