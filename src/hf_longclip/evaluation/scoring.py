@@ -13,7 +13,7 @@
 Conditioned scoring needs a model with text-conditioned pooling: `grounding_tokens(vision_outputs)` (the image's
 local tokens and their padding) and `grounding_pool(queries, tokens, padding)` (FLAIR's AttnPool), as `FCASTModel`
 has them. A converted FLAIR (`attention_pooling="flair"`) is scored as FLAIR's paper scores it; F-CAST's own
-inference is the whole level (its Sec. 4.1, "global"), so its conditioned scores are reported with that note.
+inference is the whole level (its Sec. 3.3, "global"), so its conditioned scores are reported with that note.
 
 The recalls are `long_text_retrieval`'s (its tie rule and keys): the score matrix S is passed as the text embeddings
 S^T against one-hot image embeddings, whose products give S back exactly (products with 0 and 1 are exact).
@@ -36,7 +36,7 @@ from .encoding import ImageColumn, encode_texts, image_inputs
 SCORING_MODES = ("global", "conditioned", "conditioned-topk")
 DEFAULT_TOPK = 128  # FLAIR's README recommends k = 128 or 256
 PAIRS_PER_CHUNK = 8192  # image-text pairs pooled at once: ~100 MB at FLAIR's ViT-B/16 sizes (196 tokens, 512 wide)
-NOT_THE_PAPERS_INFERENCE = ("text-conditioned scoring is not F-CAST's inference (its Sec. 4.1 retrieves with the whole "
+NOT_THE_PAPERS_INFERENCE = ("text-conditioned scoring is not F-CAST's inference (its Sec. 3.3 retrieves with the whole "
                             "level only: --scoring global)")
 
 

@@ -365,7 +365,8 @@ def evaluate_dataset(
         return encode_texts(model, processor, texts, batch_size, progress)
 
     image_embeds = None
-    if any(TASKS[task].uses_image_embeds for task in tasks):
+    conditioned = {"retrieval"} if scoring != "global" else set()  # encodes its images itself, with their tokens
+    if any(TASKS[task].uses_image_embeds for task in set(tasks) - conditioned):
         image_embeds = encode_images(model, processor, ImageColumn(dataset), batch_size, progress)
     inputs = TaskInputs(model, processor, dataset, encode, image_embeds, batch_size, progress, classnames, templates,
                         scoring, topk)
