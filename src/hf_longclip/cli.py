@@ -46,7 +46,7 @@ def _eval(args: argparse.Namespace) -> None:
     try:
         report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split,
                                 args.max_samples, args.tasks, args.batch_size, args.device,
-                                trust_remote_code=args.trust_remote_code)
+                                trust_remote_code=args.trust_remote_code, scoring=args.scoring, topk=args.topk)
     except ValueError as error:
         if "trust_remote_code" not in str(error):
             raise
@@ -161,6 +161,21 @@ def _task_list(value: str) -> list[str] | None:
     return tasks or None
 
 
+def _scoring_mode(value: str) -> str:
+    """`--scoring`: a mode of `hf_longclip.evaluation.scoring.SCORING_MODES`."""
+    from hf_longclip.evaluation.scoring import SCORING_MODES
+
+    if value not in SCORING_MODES:
+        raise argparse.ArgumentTypeError(f"unknown scoring {value!r}; choose among {', '.join(SCORING_MODES)}")
+    return value
+
+
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-longclip", description=__doc__, formatter_class=_HelpFormatter)
     debug = dict(action="store_true", help="on an error, show the full traceback instead of a one-line message "
@@ -199,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--tasks", type=_task_list,
                           help="comma list of the tasks listed below (default: all the data supports)")
     evaluate.add_argument("--batch-size", type=int, default=64, help="images or texts encoded per forward pass")
+    evaluate.add_argument("--scoring", type=_scoring_mode, default="global",
+                          help="how retrieval scores a pair: global (default): the global embeddings (every model); "
+                               "conditioned: the image pooled once per text (FLAIR, F-CAST); conditioned-topk: the "
+                               "global ranking, then each image's --topk texts re-scored conditioned")
+    evaluate.add_argument("--topk", type=_positive_int, default=128,
+                          help="texts re-scored per image with --scoring conditioned-topk (default 128)")
     evaluate.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     evaluate.add_argument("--output-dir", type=Path, default=Path("outputs/eval"),
                           help="where report.json and the plots go (outputs/ is git-ignored)")
