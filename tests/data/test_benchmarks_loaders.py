@@ -429,7 +429,8 @@ def test_hierarcaps_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"hierarcaps_test\.csv"):
         load_benchmark("hierarcaps", tmp_path)
     write_hierarcaps(tmp_path / "hierarcaps_test.csv", HIERARCAPS_ROWS[:1])
-    with pytest.raises(FileNotFoundError, match=r"HierarCaps.*directory not found, tried: .*test_imgs or .*images or .*assets/test_imgs"):
+    with pytest.raises(FileNotFoundError,
+                       match=r"HierarCaps.*directory not found, tried: .*test_imgs or .*images or .*assets/test_imgs"):
         load_benchmark("hierarcaps", tmp_path)
     write_image(tmp_path / "images/COCO_val2014_000000301718.jpg", 1)
     assert load_benchmark("hierarcaps", tmp_path).dataset["image_id"] == [301718]  # images/ fallback
