@@ -219,10 +219,28 @@ def test_flickr30k_flair_json(tmp_path):
     write_json(folder / "flickr30k_val.json", entries[:1])
     for index in (2, 3):
         write_image(folder / f"{100 + index}.jpg", index)
-    bench = load_benchmark("flickr30k", folder, protocol="flair")
+    bench = load_benchmark("flickr30k", folder, split="test", protocol="flair")
     assert bench.dataset["id"] == ["102", "103"] and bench.split == "test"
     assert_paired(bench.dataset, "captions")
-    assert load_benchmark("flickr30k", folder, split="val", protocol="flair").dataset["id"] == ["102"]
+    val = load_benchmark("flickr30k", folder, protocol="flair")  # FLAIR's default: the val file it ships
+    assert val.split == "val" and val.dataset["id"] == ["102"]
+
+
+@pytest.mark.parametrize("images_dir", ["flickr30k_images/flickr30k_images", "flickr30k_images"])
+def test_flickr30k_kaggle_release_keeps_the_line_without_comment(tmp_path, images_dir, caplog):
+    lines = ["image_name| comment_number| comment"]
+    for index in (3, 8):
+        lines += [f"{1000 + index}.jpg| {k}| {scene(index, f' Take {k}.')}" for k in range(5)]
+    lines[7] = f"1008.jpg| 1 {scene(8)}"  # the release's quirk: number and comment not separated
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for index in (3, 8):
+        write_image(tmp_path / images_dir / f"{1000 + index}.jpg", index)
+    with caplog.at_level(logging.WARNING, logger="hf_longclip.data.benchmarks"):
+        bench = load_benchmark("flickr30k", tmp_path, protocol="tulip")
+    assert bench.split == "all" and bench.dataset["id"] == ["1003", "1008"]
+    assert bench.dataset["captions"][1][1] == "" and "line 8" in caplog.text  # kept, as TULIP's " "
+    assert bench.dataset["captions"][0][0] == scene(3, " Take 0.")
+    assert_paired(bench.dataset.map(lambda row: {"captions": [c for c in row["captions"] if c]}), "captions")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -334,7 +352,7 @@ def test_cli_runs_zero_shot_on_an_image_folder(checkpoint, tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 def test_protocol_names_and_help():
     assert list(BENCHMARKS["coco"].protocols) == ["karpathy", "longclip", "flair"]
-    assert list(BENCHMARKS["flickr30k"].protocols) == ["karpathy", "longclip", "flair"]
+    assert list(BENCHMARKS["flickr30k"].protocols) == ["karpathy", "longclip", "flair", "tulip"]
     assert list(BENCHMARKS["urban1k"].protocols) == ["longclip", "flair"]
     assert all(spec.protocols for spec in BENCHMARKS.values())
     lines = list(describe_protocols())

@@ -66,6 +66,7 @@ from .flair import load_flair_annotations
 from .hierarcaps import HIERARCAPS_CSV, HIERARCAPS_LEVELS, load_hierarcaps
 from .imagefolder import CLASSNAMES_FILE, load_image_folder, load_image_folder_simple
 from .karpathy import (
+    FLICKR_KAGGLE_CSV,
     FLICKR_TOKEN_FILES,
     KARPATHY_SPLITS,
     load_coco,
@@ -73,6 +74,7 @@ from .karpathy import (
     load_coco_val2017,
     load_flickr30k,
     load_flickr30k_flair,
+    load_flickr30k_kaggle,
     load_flickr30k_token,
 )
 from .registry import (
@@ -109,6 +111,7 @@ __all__ = [
     "CXC_THRESHOLDS",
     "DOCCI_RELEASE",
     "DOCCI_TEST_SET",
+    "FLICKR_KAGGLE_CSV",
     "FLICKR_TOKEN_FILES",
     "HIERARCAPS_CSV",
     "HIERARCAPS_LEVELS",
@@ -141,6 +144,7 @@ __all__ = [
     "load_flair_annotations",
     "load_flickr30k",
     "load_flickr30k_flair",
+    "load_flickr30k_kaggle",
     "load_flickr30k_token",
     "load_hierarcaps",
     "load_himo_docci",

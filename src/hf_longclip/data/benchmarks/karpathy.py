@@ -3,11 +3,13 @@ evaluation reads (COCO 2017 val captions, a Flickr30k token file), and FLAIR's r
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from .records import (
     _annotation,
+    _first_existing,
     _build,
     _caption_row,
     _data_dir,
@@ -21,10 +23,13 @@ from .records import (
 )
 from .registry import BASE_FEATURES, TEXTS, Benchmark, PathLike, _protocol, _register
 
+logger = logging.getLogger(__name__)
+
 KARPATHY_SPLITS = ("test", "val", "train", "restval")
 CAPTIONS_FEATURES = {**BASE_FEATURES, "captions": TEXTS}
 COCO_CAPTIONS_JSON = "annotations/captions_val2017.json"
 FLICKR_TOKEN_FILES = ("test_1k.txt", "results_20130124.token")  # HiMo-CLIP's file name first, then Long-CLIP's
+FLICKR_KAGGLE_CSV = "results.csv"  # the Kaggle Flickr30k release TULIP reads
 LONGCLIP_CAPTIONS_PER_IMAGE = 5  # the Long-CLIP evaluation pairs caption i with image i // 5
 
 
@@ -109,6 +114,27 @@ def load_flickr30k(data_dir: PathLike, split: str | None = None, max_samples: in
 
     return _karpathy("flickr30k", data_dir, split, max_samples, annotation_file, image_root, num_workers,
                      "dataset_flickr30k.json", default_images, load_flickr30k)
+
+
+def _five_per_image(pairs: list[tuple[str, str, str]], path: Path, images: Path) -> list[_Record]:
+    """One record per image of ``(record, image file, caption)`` lines, which come in consecutive runs of
+    `LONGCLIP_CAPTIONS_PER_IMAGE` per image: the Long-CLIP-style evaluation pairs caption ``i`` with image
+    ``i // 5``, so any other grouping is an error here rather than a silent mispairing."""
+    groups: dict[str, list[str]] = {}
+    previous = None
+    for record, image, caption in pairs:
+        if image in groups and image != previous:
+            raise _malformed(path, record, f"the captions of {image} are not consecutive")
+        groups.setdefault(image, []).append(caption)
+        previous = image
+    if not groups:
+        raise ValueError(f"{path}: no caption lines")
+    records = []
+    for image, captions in groups.items():
+        if len(captions) != LONGCLIP_CAPTIONS_PER_IMAGE:
+            raise _malformed(path, image, f"{len(captions)} caption lines, expected {LONGCLIP_CAPTIONS_PER_IMAGE}")
+        records.append(_Record((images / image,), _caption_row(Path(image).stem, captions[0], captions=captions)))
+    return records
 
 
 def _coco_val2017(protocol: str, data_dir: PathLike, split: str | None, max_samples: int | None, annotation_file,
@@ -204,32 +230,21 @@ def load_flickr30k_token(data_dir: PathLike, split: str | None = None, max_sampl
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except UnicodeDecodeError as error:
         raise ValueError(f"{path}: not UTF-8 text: {error}") from error
-    groups: dict[str, list[str]] = {}
-    previous = None
+    pairs = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        record = f"line {number}"
         name, tab, caption = line.partition("\t")
         image, hash_mark, index = name.strip().rpartition("#")
         if not tab or not hash_mark or not index.isdigit() or not image:
-            raise _malformed(path, record, f"expected '<image>#<n><TAB><caption>', got {line[:80]!r}")
-        if image in groups and image != previous:
-            raise _malformed(path, record, f"the captions of {image} are not consecutive")
-        groups.setdefault(image, []).append(_text(caption, path, record, "caption"))
-        previous = image
-    records = []
-    for image, captions in groups.items():
-        if len(captions) != LONGCLIP_CAPTIONS_PER_IMAGE:
-            raise _malformed(path, image, f"{len(captions)} caption lines, expected {LONGCLIP_CAPTIONS_PER_IMAGE}")
-        records.append(_Record((images / image,), _caption_row(Path(image).stem, captions[0], captions=captions)))
-    if not records:
-        raise ValueError(f"{path}: no '<image>#<n><TAB><caption>' lines")
+            raise _malformed(path, f"line {number}", f"expected '<image>#<n><TAB><caption>', got {line[:80]!r}")
+        pairs.append((f"line {number}", image, _text(caption, path, f"line {number}", "caption")))
+    records = _five_per_image(pairs, path, images)
     return _build("flickr30k", records, load_flickr30k_token.features, split=split, source=path,
                   image_root=images, max_samples=max_samples, num_workers=num_workers)
 
 
-@_protocol("flickr30k", "flair", CAPTIONS_FEATURES, ("test", "val", "train"),
+@_protocol("flickr30k", "flair", CAPTIONS_FEATURES, ("val", "test", "train"),
            "flickr30k-images/              <- --data-dir\n  flickr30k_test.json         [{\"image\": "
            "\"flickr30k-images/<id>.jpg\", \"caption\": [5 captions]}]\n  flickr30k_val.json\n  <id>.jpg",
            "the nlphuji/flickr30k files: FLAIR's evaluation")
@@ -241,7 +256,8 @@ def load_flickr30k_flair(data_dir: PathLike, split: str | None = None, max_sampl
     image path is resolved against the parent of ``data_dir`` (``image_root`` overrides that base). Matches
     ExplainableML/flair ``src/flair/data.py`` ``read_flickr_pairs`` (``os.path.join(os.path.dirname(root_dir),
     annotation["image"])``, ``annotation["caption"]`` a list) and ``datasets/flickr30k-images/flickr30k_val.json``;
-    ``--flickr-val-or-test`` picks the split there (default here: test)."""
+    Default split "val" (``flickr30k_val.json``, 1,014 images, the file FLAIR's repository ships), as FLAIR's
+    ``--flickr-val-or-test`` defaults to ``val`` (``src/flair/params.py``)."""
     what = "Flickr30k (FLAIR's flickr30k_<split>.json: [{image, caption: [...]}])"
     root = _data_dir(data_dir, what)
     split = _split(split, "flickr30k", "flair")
@@ -260,3 +276,52 @@ def load_flickr30k_flair(data_dir: PathLike, split: str | None = None, max_sampl
         records.append(_Record((base / image,), _caption_row(Path(image).stem, captions[0], captions=captions)))
     return _build("flickr30k", records, load_flickr30k_flair.features, split=split, source=path, image_root=base,
                   max_samples=max_samples, num_workers=num_workers)
+
+
+@_protocol("flickr30k", "tulip", CAPTIONS_FEATURES, ("all",),
+           "flickr/                                 <- --data-dir\n"
+           "  results.csv                           image_name| comment_number| comment, 5 lines per image\n"
+           "  flickr30k_images/flickr30k_images/<id>.jpg   (or flickr30k_images/<id>.jpg)",
+           "all 31,783 images of the Kaggle release (results.csv): TULIP's evaluation")
+def load_flickr30k_kaggle(data_dir: PathLike, split: str | None = None, max_samples: int | None = None, *,
+                          annotation_file: PathLike | None = None, image_root: PathLike | None = None,
+                          num_workers: int | None = None) -> Benchmark:
+    """Flickr30k as TULIP scores it: every image of the Kaggle release's ``results.csv`` (``|``-separated, header
+    ``image_name| comment_number| comment``, 5 lines per image; 31,783 images, split "all") with the images in
+    ``data_dir/flickr30k_images/flickr30k_images/`` (TULIP's ``Datasets/flickr/``) or ``data_dir/flickr30k_images/``
+    (``data_dir`` = the release's outer folder; ``image_root`` overrides both). A line without its third field (the
+    release has one: its comment number and comment are not separated) is kept as an empty caption, as TULIP
+    replaces the missing value by ``" "``, with a warning. Matches ivonajdenkoska/tulip ``eval/flickr30.py``
+    (``pd.read_csv(..., sep="|")``, ``if isinstance(text, float): text = " "``, image ``split("|")[0]`` of every
+    5th line)."""
+    what = f"Flickr30k Kaggle release ({FLICKR_KAGGLE_CSV}: image_name| comment_number| comment)"
+    root = _data_dir(data_dir, what)
+    split = _split(split, "flickr30k", "tulip")
+    path = _annotation(root, annotation_file, [FLICKR_KAGGLE_CSV], what)
+    if image_root is not None:
+        images = _require_dir(root / image_root, f"{what} image directory")
+    else:
+        images = _first_existing([root / "flickr30k_images" / "flickr30k_images", root / "flickr30k_images"],
+                                 f"{what} image directory", kind="dir")
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text: {error}") from error
+    header = [field.strip() for field in lines[0].split("|")] if lines else []
+    if header != ["image_name", "comment_number", "comment"]:
+        raise ValueError(f"{path}: header {header} is not ['image_name', 'comment_number', 'comment'] separated by '|'")
+    pairs = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        image = fields[0].strip()
+        if not image:
+            raise _malformed(path, f"line {number}", f"no image name in {line[:80]!r}")
+        caption = "|".join(fields[2:]).strip()
+        if len(fields) < 3 or not caption:
+            logger.warning("flickr30k: %s line %d: no comment (%r); kept as an empty caption, as TULIP's evaluation "
+                           "keeps it", path, number, line[:80])
+        pairs.append((f"line {number}", image, caption))
+    return _build("flickr30k", _five_per_image(pairs, path, images), load_flickr30k_kaggle.features, split=split,
+                  source=path, image_root=images, max_samples=max_samples, num_workers=num_workers)
