@@ -272,6 +272,17 @@ def test_long_dci_tulip_csv_with_quoted_newlines(tmp_path):
     assert_paired(bench.dataset)
 
 
+def test_long_dci_himo_layout_images_in_a_sibling_sa1b_folder(tmp_path):
+    dci = tmp_path / "data/dci"  # HiMo-CLIP: data/dci/dci_long.csv, images in data/SA1B/
+    dci.mkdir(parents=True)
+    (dci / "dci_long.csv").write_text(f"filepath\ttitle\nsa_5.jpg\t{scene(5)}\nsa_6.jpg\t{scene(6)}\n")
+    for index in (5, 6):
+        write_image(tmp_path / f"data/SA1B/sa_{index}.jpg", index)
+    bench = load_benchmark("long_dci", dci)
+    assert bench.num_skipped == 0 and bench.dataset["id"] == ["sa_5", "sa_6"]
+    assert_paired(bench.dataset)
+
+
 def test_long_dci_flair_reads_the_dci_release(tmp_path):
     release = tmp_path / "densely_captioned_images"
     write_json(release / "splits.json", {"train": ["1-data.json"], "valid": [], "test": ["2-data.json"]})

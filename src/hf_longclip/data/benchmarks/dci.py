@@ -31,7 +31,7 @@ _FLAIR_SENTENCE_END = re.compile(r"\n|</s>|[.]")
 @_register("long_dci", BASE_FEATURES, ("test",), "Long-DCI: 7.8k SA-1B images with DCI's long extra captions",
            protocol="tulip", protocol_description="TULIP's dci_long.csv (also HiMo-CLIP's evaluation)",
            layout="dci/                 <- --data-dir\n  dci_long.csv         filepath<TAB>title, pandas-quoted\n"
-                  "  sa_<n>.jpg           (or photos/ or densely_captioned_images/photos/)")
+                  "  sa_<n>.jpg           (or photos/, densely_captioned_images/photos/, or ../SA1B/: HiMo-CLIP's)")
 def load_long_dci(data_dir: PathLike, split: str | None = None, max_samples: int | None = None, *,
                   annotation_file: PathLike | None = None, image_root: PathLike | None = None,
                   num_workers: int | None = None) -> Benchmark:
@@ -40,8 +40,8 @@ def load_long_dci(data_dir: PathLike, split: str | None = None, max_samples: int
 
     ``filepath`` is the DCI image file name (``sa_<n>.jpg``) and ``title`` the caption (DCI's ``extra_caption``).
     Images are looked up at ``image_root/<filepath>`` when ``image_root`` is given, else at ``data_dir/<filepath>``,
-    ``data_dir/photos/<filepath>`` or ``data_dir/densely_captioned_images/photos/<filepath>`` (the DCI release
-    layout), first found. Matches ivonajdenkoska/tulip ``open_clip/data_prep/dci_long_part.py`` (writes the csv from
+    ``data_dir/photos/<filepath>``, ``data_dir/densely_captioned_images/photos/<filepath>`` (the DCI release
+    layout) or ``data_dir/../SA1B/<filepath>`` (HiMo-CLIP's ``data/dci`` beside ``data/SA1B``), first found. Matches ivonajdenkoska/tulip ``open_clip/data_prep/dci_long_part.py`` (writes the csv from
     the DCI annotations, skipping empty extra captions) and ``eval/dci_long.py`` (``pd.read_csv(..., sep="\\t")``,
     image = ``os.path.join(data_path, filepath)``), and UnicomAI/HiMo-CLIP ``eval/retrieval/dci_long.py`` (same csv,
     images under a separate SA-1B root).
@@ -53,7 +53,7 @@ def load_long_dci(data_dir: PathLike, split: str | None = None, max_samples: int
     if image_root is not None:
         roots = [_require_dir(root / image_root, f"{what} image root")]
     else:
-        roots = [root, root / "photos", root / "densely_captioned_images" / "photos"]
+        roots = [root, root / "photos", root / "densely_captioned_images" / "photos", root.parent / "SA1B"]
     records = []
     for line, row in _read_csv(path, "\t", ("filepath", "title")):
         image = _text(row["filepath"], path, line, "filepath")
