@@ -397,3 +397,14 @@ def test_cli_error_shows_the_expected_tree(checkpoint, tmp_path, capsys):
 def assert_color(image, index: int):
     pixel = image.getpixel((image.width // 2, image.height // 2))
     assert isinstance(image, Image.Image) and all(abs(a - b) <= 12 for a, b in zip(pixel, color(index)))
+
+
+@pytest.mark.parametrize("name,protocol", [(name, protocol) for name, spec in sorted(BENCHMARKS.items())
+                                           for protocol in spec.protocols])
+def test_every_protocol_names_its_tree_when_files_are_missing(tmp_path, name, protocol):
+    (tmp_path / "data").mkdir()
+    with pytest.raises(LayoutNotFoundError) as error:
+        load_benchmark(name, tmp_path / "data", protocol=protocol)
+    assert str(tmp_path / "data") in error.value.problem  # the path it tried
+    assert f"expected layout of {name}, protocol {protocol}" in error.value.layout
+    assert BENCHMARKS[name].protocols[protocol].layout.splitlines()[0] in error.value.layout
