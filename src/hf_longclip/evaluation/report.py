@@ -28,8 +28,7 @@ def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | N
                                                                            max_samples, protocol)
     metrics = evaluate_dataset(model, processor, dataset, tasks, batch_size, progress, classnames, templates)
     report = {"model": str(model_name_or_path), "dataset": dataset_name, "protocol": protocol, "split": split,
-              "num_samples": len(dataset),
-              "num_skipped_images": num_skipped, "metrics": metrics, "plots": []}
+              "num_samples": len(dataset), "num_skipped_images": num_skipped, "metrics": metrics, "plots": []}
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     name = Path(str(model_name_or_path)).name
