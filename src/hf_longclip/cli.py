@@ -46,7 +46,8 @@ def _eval(args: argparse.Namespace) -> None:
     try:
         report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split,
                                 args.max_samples, args.tasks, args.batch_size, args.device,
-                                trust_remote_code=args.trust_remote_code, scoring=args.scoring, topk=args.topk)
+                                trust_remote_code=args.trust_remote_code, scoring=args.scoring, topk=args.topk,
+                                protocol=args.protocol)
     except ValueError as error:
         if "trust_remote_code" not in str(error):
             raise
@@ -92,12 +93,14 @@ def _dataset_name(value: str) -> str:
 
 
 def _eval_epilog() -> list[str]:
-    from hf_longclip.data.benchmarks import describe_benchmarks
+    from hf_longclip.data.benchmarks import describe_benchmarks, describe_protocols
     from hf_longclip.evaluation.tasks import describe_tasks
 
     return ["tasks (each runs where the rows carry its columns):", *(f"  {line}" for line in describe_tasks()),
             "", "benchmarks read from --data-dir (besides synthetic):",
-            *(f"  {line}" for line in describe_benchmarks())]
+            *(f"  {line}" for line in describe_benchmarks()),
+            "", "protocols (--protocol) and the tree each expects under --data-dir (docs/evaluation.md):",
+            *(f"  {line}" for line in describe_protocols())]
 
 
 def _format_name(value: str) -> str:
@@ -209,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="benchmark to evaluate on: synthetic or one listed below (required)")
     evaluate.add_argument("--data-dir", help="the benchmark's files, required except for synthetic (for synthetic: "
                                              "its cache directory; default: the datasets cache)")
+    evaluate.add_argument("--protocol", help="how the benchmark's files are laid out and read, each the one of a "
+                                             "paper's evaluation code, e.g. --dataset coco --protocol longclip "
+                                             "(default: the benchmark's first protocol; all listed below)")
     evaluate.add_argument("--split", help="split to evaluate (default: the benchmark's evaluation split)")
     evaluate.add_argument("--max-samples", type=int, help="evaluate the first N samples only (default: all)")
     evaluate.add_argument("--tasks", type=_task_list,
@@ -277,8 +283,10 @@ def main(argv: list[str] | None = None) -> None:
     except USER_ERRORS as err:
         if args.debug:
             raise
-        message = " ".join(str(err).split()) or type(err).__name__
+        message = " ".join(str(getattr(err, "problem", err)).split()) or type(err).__name__
         print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        if getattr(err, "layout", None):  # a benchmark's missing file: the tree it expected, as is
+            print(err.layout, file=sys.stderr)
         sys.exit(2)
 
 
