@@ -121,7 +121,7 @@ class MoLoLoss(nn.Module):
         self.normalize_components, self.gather_grad = normalize_components, gather_grad
 
     def _components(self, local: torch.Tensor, gathered: torch.Tensor, offset: int) -> tuple[torch.Tensor, ...]:
-        """(this process's, the global batch's) re-normalised HiDe components of one modality."""
+        """(this process's, the global batch's) HiDe components of one modality, as scored (`_scored`)."""
         if self.scope == "global":
             all_components = self._scored(hide_components(gathered, self.tau))
             return all_components[offset : offset + local.shape[0]], all_components
