@@ -101,6 +101,18 @@ def test_longclip_task_trains_both_towers_and_keeps_frozen_rows():
     assert task.options() == dict(objective="longclip", pca_components=2, label_smoothing=0.1)
 
 
+def test_longclip_task_names_missing_or_misaligned_short_captions():
+    model = tiny_himo()
+    rows = [{"image": image, "caption": caption} for image, caption in zip(random_images(4), CAPTIONS)]
+    batch = FirstSentenceCollator(tiny_processor())(rows)
+    task = LongCLIPTask(model, None)
+    with pytest.raises(ValueError, match="short_input_ids"):
+        task.compute_loss(model, {key: value for key, value in batch.items() if not key.startswith("short_")})
+    with pytest.raises(ValueError, match="padded as the long ones"):
+        task.compute_loss(model, {**batch, "short_input_ids": batch["short_input_ids"][:, :10],
+                                  "short_attention_mask": batch["short_attention_mask"][:, :10]})
+
+
 def _embeddings(n: int = 16, dim: int = 24):
     generator = torch.Generator().manual_seed(0)
     return [F.normalize(torch.randn(n, dim, generator=generator), dim=-1).requires_grad_(True) for _ in range(3)]

@@ -156,7 +156,13 @@ class LongCLIPTask(KeptPositionsTask):
 
     def encode(self, model: nn.Module, batch: dict) -> dict[str, torch.Tensor]:
         """One forward (one DDP / ZeRO call) over the images and the long and short captions stacked."""
+        missing = [SHORT_PREFIX + key for key in ("input_ids", "attention_mask") if SHORT_PREFIX + key not in batch]
+        if missing:
+            raise ValueError(f"LongCLIPTask needs the short captions' {missing} (batches of FirstSentenceCollator)")
         short = {key: batch[SHORT_PREFIX + key] for key in ("input_ids", "attention_mask")}
+        if short["input_ids"].shape != batch["input_ids"].shape:
+            raise ValueError(f"the short captions must be padded as the long ones (FirstSentenceCollator does): got "
+                             f"{tuple(short['input_ids'].shape)} and {tuple(batch['input_ids'].shape)}")
         inputs = {key: value for key, value in batch.items() if not key.startswith(SHORT_PREFIX)}
         for key, value in short.items():
             inputs[key] = torch.cat([batch[key], value])
