@@ -2,8 +2,8 @@
 contrastive batch of 64 encoded in chunks of 16 moves the weights exactly as one step on the batch of 64 in one piece,
 for every objective (HiMo-CLIP's MoLo with HiDe, as in the paper and as released, Long-CLIP's, OneLIP's three terms
 with its teacher and PO-HNM queues, DITM's triplet and ordering terms, F-CAST's part and whole sigmoid terms, FLAIR's,
-classification), in one process and under 2-process DDP and DeepSpeed ZeRO-2 (this file is also the launched script); dropout is replayed in the second pass;
-BatchNorm statistics are updated once per chunk; the loop trains with it (a SIGKILLed cached run resuming exactly:
+classification), in one process and under 2-process DDP and DeepSpeed ZeRO-2 (this file is also the launched
+script); dropout is replayed in the second pass; BatchNorm statistics are updated once per chunk; the loop trains with it (a SIGKILLed cached run resuming exactly:
 test_train_scale.py).
 
 The step is SGD with a learning rate of 1e4: its weight change, lr x gradient, is then far above the weights' float32
@@ -128,8 +128,8 @@ def _classification(directory: Path):
     return ClassificationTask(model, collator), rows
 
 
-CASES = {"himo": _himo, "himo_released": _himo_released, "longclip": _longclip, "onelip": _onelip, "ditm": _ditm, "fcast": _fcast, "flair": _flair,
-         "classification": _classification}
+CASES = {"himo": _himo, "himo_released": _himo_released, "longclip": _longclip, "onelip": _onelip, "ditm": _ditm,
+         "fcast": _fcast, "flair": _flair, "classification": _classification}
 
 
 def one_step(name: str, accelerator, directory: Path, cached: bool) -> dict:
