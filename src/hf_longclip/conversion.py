@@ -13,6 +13,7 @@ release format, by a restricted reader that runs none of their code), `clip_toke
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import importlib
 import io
@@ -146,18 +147,24 @@ def _is_torchscript(archive: zipfile.ZipFile) -> bool:
 
 
 def _unwrap(checkpoint, path) -> dict[str, torch.Tensor]:
-    """The flat name -> tensor dict inside a checkpoint: under `state_dict` / `model` / `module` if nested there,
-    without DDP's `module.` or torch.compile's `_orig_mod.` prefixes."""
+    """The state dict inside a checkpoint, name -> tensor: found under `state_dict` / `model` / `module` (the first
+    of these a dict holds, however many other entries sit beside it: an optimizer, an epoch, MoCo's `best_acc1`
+    tensor, DeiT's EMA copy), without DDP's `module.` or torch.compile's `_orig_mod.` prefixes. A state dict holding
+    anything but tensors is refused, naming those entries."""
     import torch
 
-    while isinstance(checkpoint, dict) and not any(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+    while isinstance(checkpoint, dict):
         nested = next((checkpoint[key] for key in _NESTED_KEYS if isinstance(checkpoint.get(key), dict)), None)
         if nested is None:
-            raise ValueError(f"{path} holds no weights: a dict with keys {sorted(checkpoint)[:10]}")
+            break
         checkpoint = nested
     if not isinstance(checkpoint, dict):
         raise ValueError(f"{path} holds a {type(checkpoint).__name__}, not a dict of weights")
-    weights = {name: value for name, value in checkpoint.items() if isinstance(value, torch.Tensor)}
+    others = sorted(str(name) for name, value in checkpoint.items() if not isinstance(value, torch.Tensor))
+    if others or not checkpoint:
+        raise ValueError(f"{path} holds no state dict (a dict of tensors, or one under {', '.join(_NESTED_KEYS)}): "
+                         f"entries that are not tensors: {others[:10]}")
+    weights = dict(checkpoint)
     while wrapper := next((w for w in _WRAPPER_PREFIXES if all(name.startswith(w) for name in weights)), None):
         weights = {name[len(wrapper):]: value for name, value in weights.items()}
     if any(name.startswith(_MOCO_ENCODER) for name in weights):
@@ -174,8 +181,9 @@ def load_original_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
 
     A `torch.save` pickle is read with `torch.load(weights_only=True)` (a file that needs more, e.g. a pickled
     model object or argparse namespace, is refused with the reason); a TorchScript archive (OpenAI's `.pt`) by a
-    reader that only rebuilds its tensors; a `.safetensors` file directly. Weights nested under `state_dict`,
-    `model` or `module`, and DDP's `module.` prefixes, are unwrapped; of a MoCo checkpoint
+    reader that only rebuilds its tensors; a `.safetensors` file directly. The state dict is found under
+    `state_dict`, `model` or `module` (beside an optimizer, counters, an argparse namespace of the command line),
+    and DDP's `module.` prefixes are removed; of a MoCo checkpoint
     (`module.base_encoder.`) the base encoder is kept, its momentum copy and predictor (training state) dropped.
     """
     import torch
@@ -192,7 +200,8 @@ def load_original_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
             if _is_torchscript(archive):
                 return _read_torchscript(path, archive)
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals([argparse.Namespace]):  # DeiT's saved command line: plain attributes
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         raise ValueError(
             f"{path} is not a plain weights file: torch.load(weights_only=True) refused it ({str(err).splitlines()[0]}). "
@@ -329,10 +338,24 @@ def save_converted(model, processor, output_dir: str | Path, text_encoder_only: 
             processor.tokenizer.model_max_length = max_length
             processor.tokenizer.save_pretrained(output_dir)
         return output_dir
+    _map_base_model(model)
     model.save_pretrained(output_dir)
     if processor is not None:
         processor.save_pretrained(output_dir)
     return output_dir
+
+
+def _map_base_model(model) -> None:
+    """A model with a head (e.g. CAST's classifier) also loads with `AutoModel`, as transformers' own checkpoints
+    do: its backbone class (under `base_model_prefix`, registered for `AutoModel`) goes into the config's `auto_map`
+    beside the head class's own entry, which `save_pretrained` adds."""
+    base = getattr(model, model.base_model_prefix, None)
+    base_class = type(base)
+    if base is None or base is model or getattr(base_class, "_auto_class", None) != "AutoModel":
+        return
+    module = base_class.__module__.rsplit(".", 1)[-1]
+    model.config.auto_map = {**(getattr(model.config, "auto_map", None) or {}),
+                             "AutoModel": f"{module}.{base_class.__name__}"}
 
 
 def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False):
