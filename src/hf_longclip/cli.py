@@ -76,8 +76,9 @@ def _convert(args: argparse.Namespace) -> None:
     if args.push_to_hub:
         from hf_longclip.training.hub import push_to_hub
 
-        url = push_to_hub(output, args.push_to_hub, card=conversion_card(args.format, args.push_to_hub,
-                                                                         args.text_encoder_only),
+        card = conversion_card(args.format, args.push_to_hub, args.text_encoder_only, model=model,
+                               checkpoint=args.checkpoint)
+        url = push_to_hub(output, args.push_to_hub, card=card,
                           commit_message=f"Convert the released {args.format} weights with hf-longclip")
         print(f"pushed: {url}")
 
@@ -174,8 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--debug", **debug, default=argparse.SUPPRESS)  # also after the command name
         return command
 
-    export = add_command("export-code", "regenerate modeling/<arch>/, the remote-code bundles, and model_cards/<arch>.md, "
-                                        "the model folders' card templates")
+    export = add_command("export-code", "regenerate modeling/<arch>/, the remote-code bundles, and "
+                                        "model_cards/<arch>.md, the model folders' card templates")
     export.add_argument("--output", type=Path, default=Path("modeling"), help="destination directory of the bundles")
     export.add_argument("--cards-output", type=Path, default=Path("model_cards"),
                         help="destination directory of the model cards")

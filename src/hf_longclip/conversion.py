@@ -23,7 +23,7 @@ import tempfile
 import zipfile
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,15 +49,38 @@ _MOCO_ENCODER, _MOCO_TRAINING_STATE = "base_encoder.", ("momentum_encoder.", "pr
 
 
 @dataclass(frozen=True)
+class ReportedResult:
+    """One figure the authors report for a released model: shown as reported, never as measured on a conversion.
+    `model` names the released model it belongs to: a backbone ("ViT-L/14", matched against the converted model's
+    vision tower) or a checkpoint name ("flair-merged30m", matched against the converted file's name)."""
+
+    dataset: str  # as the card shows it, e.g. "Urban1k"
+    metric: str  # e.g. "I2T R@1"
+    value: float
+    source: str  # where it is reported, e.g. "HiMo-CLIP paper, Table 1"
+    model: str
+    source_url: str = ""
+    metric_type: str = "recall"  # the model-index metric type (HiMo@K: "pearsonr")
+
+
+def reported_retrieval(dataset: str, i2t: float, t2i: float, source: str, model: str,
+                       source_url: str = "") -> tuple[ReportedResult, ReportedResult]:
+    """The image-to-text and text-to-image Recall@1 a paper reports on `dataset`."""
+    return (ReportedResult(dataset, "I2T R@1", i2t, source, model, source_url),
+            ReportedResult(dataset, "T2I R@1", t2i, source, model, source_url))
+
+
+@dataclass(frozen=True)
 class SourceInfo:
-    """What a converted model's card says about its source: the method, its paper, where the weights come from,
-    their license, and results the paper reports (shown as reported, never as measured here)."""
+    """What a converted model's card says about its source: the method, its paper, where the weights come from
+    (the repository and the commit checked), their license, and results the authors report (shown as reported,
+    never as measured here)."""
 
     name: str
     paper: str
     url: str
     license: str
-    reported: dict[str, str] = field(default_factory=dict)
+    reported: tuple[ReportedResult, ...] = ()
     # the parity with the original code verified by the test file: tolerance (float32) and the inputs checked
     tolerance: str = "1e-4"
     checked: str = "texts of 10, 100 and 240 tokens and on images"
@@ -358,18 +381,52 @@ def _map_base_model(model) -> None:
                              "AutoModel": f"{module}.{base_class.__name__}"}
 
 
-def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False):
+def released_model_names(model=None, checkpoint: str | Path | None = None) -> set[str]:
+    """What identifies a converted model among the released ones (see `ReportedResult.model`): its vision backbone
+    ("ViT-L/14", "ViT-B/16", "ViT-L/14-336") and the converted file's name."""
+    names = set()
+    vision = getattr(getattr(model, "config", None), "vision_config", None)
+    sizes = {768: "B", 1024: "L", 1280: "H"}
+    if vision is not None and getattr(vision, "hidden_size", None) in sizes:
+        image = getattr(vision, "image_size", 224)
+        names.add(f"ViT-{sizes[vision.hidden_size]}/{vision.patch_size}" + (f"-{image}" if image != 224 else ""))
+    if checkpoint is not None:
+        names.add(Path(checkpoint).stem)
+    return names
+
+
+def _model_index(results: list[ReportedResult], paper: str):
+    """The model-index entries (huggingface_hub `EvalResult`s) of reported retrieval figures."""
+    from huggingface_hub import EvalResult
+
+    return [EvalResult(task_type="image-text-retrieval", task_name="Image-text retrieval",
+                       dataset_type=result.dataset.lower().replace(" ", "-"), dataset_name=result.dataset,
+                       metric_type=result.metric_type, metric_name=f"{result.metric} (as reported: {result.source})",
+                       metric_value=result.value, verified=False,
+                       source_name=paper if result.source_url else None, source_url=result.source_url or None)
+            for result in results]
+
+
+def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False, model=None,
+                    checkpoint: str | Path | None = None):
     """The model card of a converted checkpoint: the source's method, paper, license and origin, what was
-    converted and the verified parity, and the paper's results marked as reported by its authors."""
+    converted and the verified parity, and the authors' results marked as reported. The figures of the released
+    model this conversion is (`model`'s backbone or the `checkpoint` file's name, see `released_model_names`) also
+    go into the card's `model-index` metadata (reported, unverified), which the Hub shows; a text tower alone
+    carries none there."""
     from huggingface_hub import ModelCard, ModelCardData
 
     info = source_info(format)
     if info is None:
         raise ValueError(f"the {format} converter declares no source information for a model card")
     what = "its text tower, as a transformers `CLIPTextModel`" if text_encoder_only else "the whole model"
-    reported = "\n".join(f"| {name} | {value} |" for name, value in info.reported.items())
+    reported = "\n".join(f"| {r.dataset} | {r.metric} | {r.model} | {r.value:g} | {r.source} |" for r in info.reported)
+    names = released_model_names(model, checkpoint)
+    own = [] if text_encoder_only else [result for result in info.reported if result.model in names]
+    name = repo_id.split("/")[-1]
     data = ModelCardData(license=info.license, library_name="transformers",
-                         tags=["hf-longclip", "clip", "long-captions", "converted"])
+                         tags=["hf-longclip", "clip", "long-captions", "converted"],
+                         model_name=name if own else None, eval_results=_model_index(own, info.paper) or None)
     body = (
         f"---\n{data.to_yaml()}\n---\n\n# {repo_id.split('/')[-1]}\n\n"
         f"{info.name} ({info.paper}), converted from the released weights ({info.url}) by "
@@ -379,6 +436,8 @@ def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False):
         f"released format; see hf-longclip's {info.test_file}).\n\n"
     )
     if reported:
-        body += ("## Results reported in the paper\n\nAs reported by the authors, not measured on this conversion:"
-                 f"\n\n| benchmark | reported |\n| --- | --- |\n{reported}\n")
+        body += ("## Results reported by the authors\n\nAs reported by the authors, not measured on this conversion"
+                 + (" (this model's figures are also in the card's metadata)" if own else "") + ":\n\n"
+                 f"| benchmark | metric | released model | reported | source |\n| --- | --- | --- | --- | --- |\n"
+                 f"{reported}\n")
     return ModelCard(body)

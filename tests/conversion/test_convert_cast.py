@@ -403,7 +403,8 @@ def test_every_released_layout_matches_the_release_on_seeds_superpixels(layout, 
         count = tokens[0].shape[1]  # the batch's largest id + 1: the release's tokens
         figures = {"features": (ours.pooler_output - out).abs().max().item(),
                    "stage-1 tokens": (ours.segment_tokens[0][:, :count] - tokens[0]).abs().max().item(),
-                   "stage-1 assignment": (ours.assignments[0][:, :count] - pool_logits[0].softmax(-1)).abs().max().item()}
+                   "stage-1 assignment": (ours.assignments[0][:, :count]
+                                          - pool_logits[0].softmax(-1)).abs().max().item()}
         if layout != "moco":
             figures["logits"] = (model(pixels, labels).logits - logits).abs().max().item()
     print(f"CAST {layout} on SEEDS maps (empty ids {empty_ids(labels)}):", {k: f"{v:.1e}" for k, v in figures.items()})
@@ -436,7 +437,8 @@ def test_empty_ids_and_batch_padding_change_the_release_output(photo_inputs, tmp
     print("CAST empty ids:", {k: f"{v:.1e}" for k, v in figures.items()})
     assert figures["release: 100-id map alone vs in the batch"] > 1e-3
     assert figures["masked vs release, empty ids alone"] > 1e-3 and figures["masked vs release, batched"] > 1e-3
-    assert figures["zero_tokens vs release, batched"] < 1e-4 and figures["zero_tokens vs release, 100-id map alone"] < 1e-4
+    assert figures["zero_tokens vs release, batched"] < 1e-4
+    assert figures["zero_tokens vs release, 100-id map alone"] < 1e-4
 
 
 @pytest.mark.parametrize("script", ["cast.py", "cast_deit.py"])
@@ -494,7 +496,8 @@ inputs = processor(Image.open(sys.argv[2]))
 with torch.no_grad():
     print(json.dumps({"classes": [type(backbone).__name__, type(classifier).__name__],
                       "superpixels": inputs["superpixels"].tolist(), "pixel_values": inputs["pixel_values"].tolist(),
-                      "features": backbone(**inputs).pooler_output.tolist(), "logits": classifier(**inputs).logits.tolist()}))
+                      "features": backbone(**inputs).pooler_output.tolist(),
+                      "logits": classifier(**inputs).logits.tolist()}))
 """
     proc = fresh_process(script, str(output), str(tmp_path / "rocket.png"), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -138,7 +138,8 @@ def convert(
         state.pop(key)
     classifier = {key: state.pop(key) for key in ("head.weight", "head.bias") if key in state}
     if len(classifier) == 1:
-        raise ValueError(f"a linear classifier needs head.weight and head.bias; the checkpoint has only {list(classifier)}")
+        raise ValueError(f"a linear classifier needs head.weight and head.bias; the checkpoint has only "
+                         f"{list(classifier)}")
     check_consumed(state, "CAST")
     config = CASTVisionConfig(
         hidden_size=hidden, num_attention_heads=num_heads,
