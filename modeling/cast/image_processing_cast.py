@@ -6,9 +6,10 @@ workers when a collate function calls it), after whatever augmentation produced 
 Algorithms (`superpixel_method`): "seeds", OpenCV contrib's SEEDS (Van den Bergh et al. 2012) in LAB space with
 CAST's settings (one block level, prior 2; 15 histogram bins and 20 iterations as its MoCo v3 pre-training and linear
 probe compute them, `moco-v3/suppix_utils/datasets_seeds.py`; its DeiT training, `deit/datasets_seeds.py`, uses 5
-bins and 15 iterations); "slic", scikit-image's SLIC (Achanta et al. 2012). F-CAST's learned SFCN superpixels (Yang et al. 2020, App. B) need trained weights that
-are not available offline: "sfcn" raises an error saying so; another algorithm is one more entry of
-`SUPERPIXEL_METHODS` (a function (H, W, 3) uint8 RGB, segment count -> (H, W) integer labels).
+bins and 15 iterations); "slic", scikit-image's SLIC (Achanta et al. 2012). F-CAST's learned SFCN superpixels
+(Yang et al. 2020, App. B) need trained weights that are not available offline: "sfcn" raises an error saying so;
+another algorithm is one more entry of `SUPERPIXEL_METHODS` (a function (H, W, 3) uint8 RGB, segment count -> (H, W)
+integer labels).
 
 cv2 and skimage are imported at the top so that transformers' remote-code loader names a missing one.
 """
