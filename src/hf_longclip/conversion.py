@@ -435,6 +435,11 @@ def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False, 
         f"weights within {info.tolerance} (float32), on {info.checked} (verified on random weights saved in the "
         f"released format; see hf-longclip's {info.test_file}).\n\n"
     )
+    auto_map = getattr(getattr(model, "config", None), "auto_map", None) or {}
+    loaders = [f"`{name}` ({target.rsplit('.', 1)[-1]})" for name, target in sorted(auto_map.items(), reverse=True)
+               if name.startswith("AutoModel")]
+    if loaders:
+        body += f"It loads with {' and '.join(loaders)}, `trust_remote_code=True`.\n\n"
     if reported:
         body += ("## Results reported by the authors\n\nAs reported by the authors, not measured on this conversion"
                  + (" (this model's figures are also in the card's metadata)" if own else "") + ":\n\n"

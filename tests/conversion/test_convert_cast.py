@@ -471,6 +471,19 @@ def test_unwrapping_finds_the_state_dict_and_names_what_it_cannot_read(tmp_path)
         load_original_checkpoint(tmp_path / "odd.pth")
 
 
+def test_converted_classifier_card_names_both_auto_classes(tmp_path):
+    """A converted classifier is saved with AutoModel (its backbone) beside AutoModelForImageClassification in its
+    auto_map, and its card says so; a converted MoCo backbone names AutoModel alone."""
+    from hf_longclip.conversion import conversion_card, save_converted
+
+    for layout, expected in (("lincls", "`AutoModelForImageClassification` (CASTForImageClassification) and "
+                                        "`AutoModel` (CASTVisionModel)"), ("moco", "with `AutoModel` (CASTVisionModel),")):
+        _, path = released_checkpoint(layout, tmp_path, seed=60)
+        model, processor = convert(load_original_checkpoint(path))
+        save_converted(model, processor, tmp_path / layout)
+        assert expected in str(conversion_card("cast", f"org/cast-{layout}", model=model))
+
+
 @pytest.mark.slow
 def test_converted_classifier_loads_with_automodel_and_automodel_for_classification(photo_inputs, tmp_path):
     """A linear-probe checkpoint through `hf-longclip convert cast`; without hf_longclip, AutoModel gives the
