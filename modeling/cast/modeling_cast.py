@@ -47,7 +47,8 @@ class CASTVisionOutput(BaseModelOutputWithPooling):
         segments beyond the number of valid fine ones), as transformers' attention masks.
     assignments (`tuple(torch.FloatTensor)`):
         `(batch, n_stage, n_next)` soft assignment of each stage's segments to the next stage's; rows of valid
-        segments sum to one, padding rows and columns are zero.
+        segments sum to one (with `empty_segments="zero_tokens"` also those of the zero tokens), padding rows and
+        columns are zero.
     seed_indices (`tuple(torch.LongTensor)`):
         `(batch, n_next)` index of each next-stage segment's seed among the stage's segments.
     """
