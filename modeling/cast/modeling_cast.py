@@ -47,7 +47,8 @@ class CASTVisionOutput(BaseModelOutputWithPooling):
         segments beyond the number of valid fine ones), as transformers' attention masks.
     assignments (`tuple(torch.FloatTensor)`):
         `(batch, n_stage, n_next)` soft assignment of each stage's segments to the next stage's; rows of valid
-        segments sum to one, padding rows and columns are zero.
+        segments sum to one (with `empty_segments="zero_tokens"` also those of the zero tokens), padding rows and
+        columns are zero.
     seed_indices (`tuple(torch.LongTensor)`):
         `(batch, n_next)` index of each next-stage segment's seed among the stage's segments.
     """
@@ -78,8 +79,9 @@ class CASTStem(nn.Module):
 
 
 class CASTEmbeddings(nn.Module):
-    """Superpixel tokens: the mean over each segment's pixels of the stem features plus their sin-cos positions,
-    after a [CLS] token; returns the tokens (B, 1 + num_segments, C) and which segments exist (B, num_segments)."""
+    """Superpixel tokens: the mean over each segment's pixels of the stem features plus their positions (fixed
+    sin-cos, or a learned table), after a [CLS] token; returns the tokens (B, 1 + num_segments, C) and which
+    segments exist (B, num_segments)."""
 
     def __init__(self, config: CASTVisionConfig):
         super().__init__()
@@ -87,11 +89,22 @@ class CASTEmbeddings(nn.Module):
         self.position_layout, self.per_cell = config.position_layout, config.segment_pooling == "cells"
         self.stem = CASTStem(config)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
+        self.grid = config.image_size // STEM_STRIDE
+        self.position_embedding = (nn.Parameter(torch.zeros(self.grid**2, config.hidden_size))
+                                   if config.position_embedding_type == "learned" else None)
 
     def forward(self, pixel_values: torch.Tensor, superpixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features = self.stem(pixel_values)
         batch, channels, grid_h, grid_w = features.shape
-        positions = sincos_2d_positions(grid_h, grid_w, channels, device=features.device, layout=self.position_layout)
+        if self.position_embedding is None:
+            positions = sincos_2d_positions(grid_h, grid_w, channels, device=features.device,
+                                            layout=self.position_layout)
+        elif (grid_h, grid_w) != (self.grid, self.grid):
+            raise ValueError(f"learned positions hold a {self.grid}x{self.grid} grid (image_size "
+                             f"{self.grid * STEM_STRIDE} px); images of {grid_h * STEM_STRIDE}x"
+                             f"{grid_w * STEM_STRIDE} px give {grid_h}x{grid_w}")
+        else:
+            positions = self.position_embedding
         features = features.flatten(2).transpose(1, 2) + positions.to(features.dtype)
         weights, valid = segment_pooling_weights(superpixels, self.num_segments, (grid_h, grid_w), STEM_STRIDE,
                                                  self.per_cell)
@@ -150,18 +163,31 @@ class CASTGraphPooling(nn.Module):
         self.fc2 = nn.Sequential(nn.LayerNorm(config.intermediate_size, eps=config.pooling_layer_norm_eps),
                                  nn.Linear(config.intermediate_size, config.hidden_size))
 
-    def forward(self, cls_token: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor):
+    def forward(self, cls_token: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor,
+                present: torch.Tensor | None = None):
+        """Seeds are drawn from the `valid` tokens; the `present` ones (by default the valid ones; with
+        `empty_segments="zero_tokens"` also the zero tokens of empty ids) are grouped and assigned."""
+        present = valid if present is None else present
         with torch.no_grad():
             seeds = farthest_point_sampling(tokens.detach(), self.num_clusters, valid)
         seed_valid = torch.arange(self.num_clusters, device=valid.device) < valid.sum(1, keepdim=True)
-        nodes = self.grouping(tokens, valid)
+        nodes = self.grouping(tokens, present)
         seed_index = seeds[..., None].expand(-1, -1, tokens.shape[-1])
-        assignment = cosine_soft_assignment(nodes, nodes.gather(1, seed_index), self.scale, valid, seed_valid)
+        assignment = cosine_soft_assignment(nodes, nodes.gather(1, seed_index), self.scale, present, seed_valid)
         hidden = self.fc1(torch.cat([cls_token, tokens], dim=1))
         mass = assignment.sum(1)[..., None]
         centroids = assignment.transpose(1, 2).to(hidden.dtype) @ hidden[:, 1:] / mass.clamp_min(1e-6).to(hidden.dtype)
         out = self.fc2(torch.cat([hidden[:, :1], centroids], dim=1))
         return out[:, :1] + cls_token, out[:, 1:] + tokens.gather(1, seed_index), assignment, seed_valid, seeds
+
+
+def batch_padded_segments(valid: torch.Tensor) -> torch.Tensor:
+    """(B, N) True at every id up to the largest id that owns pixels in any image of the batch: the tokens released
+    CAST's `segment_mean_nd` gives each image (empty ids among them as zero tokens), computed without host
+    synchronisation."""
+    ids = torch.arange(valid.shape[1], device=valid.device)
+    last = torch.where(valid.any(0), ids, -1).amax()
+    return (ids <= last).expand_as(valid)
 
 
 class CASTPreTrainedModel(CodeBundleMixin, PreTrainedModel):
@@ -201,6 +227,8 @@ class CASTPreTrainedModel(CodeBundleMixin, PreTrainedModel):
             init.normal_(module.bias, std=0.01)
         elif isinstance(module, CASTEmbeddings):
             init.normal_(module.cls_token, std=self.config.initializer_range)
+            if module.position_embedding is not None:
+                init.trunc_normal_(module.position_embedding, std=0.02)  # DeiT's
 
 
 class CASTVisionModel(CASTPreTrainedModel):
@@ -263,13 +291,15 @@ class CASTVisionModel(CASTPreTrainedModel):
             raise ValueError("You have to specify pixel_values")
         self._check_inputs(pixel_values, superpixels)
         hidden_states, valid = self.embeddings(pixel_values, superpixels)
+        present = valid if self.config.empty_segments == "masked" else batch_padded_segments(valid)
         segment_tokens, masks, assignments, seeds = [], [valid], [], []
         for index, stage in enumerate(self.stages):
-            hidden_states = stage(hidden_states, valid, **kwargs)
+            hidden_states = stage(hidden_states, present, **kwargs)
             segment_tokens.append(hidden_states[:, 1:])
             if index < len(self.pools):
                 cls_token, tokens, assignment, valid, seed = self.pools[index](
-                    hidden_states[:, :1], hidden_states[:, 1:], valid)
+                    hidden_states[:, :1], hidden_states[:, 1:], valid, present)
+                present = valid
                 hidden_states = torch.cat([cls_token, tokens], dim=1)
                 assignments.append(assignment)
                 masks.append(valid)

@@ -17,14 +17,14 @@ def _export_code(args: argparse.Namespace) -> None:
     from hf_longclip.export import export_code, stale_files
 
     if args.check:
-        stale = stale_files(args.output)
+        stale = stale_files(args.output, args.cards_output)
         for path in stale:
             print(f"stale: {path}")
         if stale:
             raise SystemExit(f"{len(stale)} generated file(s) out of date: run `hf-longclip export-code`")
-        print(f"{args.output}/ is up to date")
+        print(f"{args.output}/ and {args.cards_output}/ are up to date")
         return
-    for path in export_code(args.output):
+    for path in export_code(args.output, args.cards_output):
         print(f"wrote {path}")
 
 
@@ -77,8 +77,9 @@ def _convert(args: argparse.Namespace) -> None:
     if args.push_to_hub:
         from hf_longclip.training.hub import push_to_hub
 
-        url = push_to_hub(output, args.push_to_hub, card=conversion_card(args.format, args.push_to_hub,
-                                                                         args.text_encoder_only),
+        card = conversion_card(args.format, args.push_to_hub, args.text_encoder_only, model=model,
+                               checkpoint=args.checkpoint)
+        url = push_to_hub(output, args.push_to_hub, card=card,
                           commit_message=f"Convert the released {args.format} weights with hf-longclip")
         print(f"pushed: {url}")
 
@@ -192,8 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--debug", **debug, default=argparse.SUPPRESS)  # also after the command name
         return command
 
-    export = add_command("export-code", "regenerate modeling/<arch>/, the remote-code bundles")
-    export.add_argument("--output", type=Path, default=Path("modeling"), help="destination directory")
+    export = add_command("export-code", "regenerate modeling/<arch>/, the remote-code bundles, and "
+                                        "model_cards/<arch>.md, the model folders' card templates")
+    export.add_argument("--output", type=Path, default=Path("modeling"), help="destination directory of the bundles")
+    export.add_argument("--cards-output", type=Path, default=Path("model_cards"),
+                        help="destination directory of the model cards")
     export.add_argument("--check", action="store_true",
                         help="write nothing; exit non-zero if any generated file is stale (default: off)")
     export.set_defaults(run=_export_code)

@@ -13,6 +13,7 @@ release format, by a restricted reader that runs none of their code), `clip_toke
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import importlib
 import io
@@ -22,7 +23,7 @@ import tempfile
 import zipfile
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,15 +49,38 @@ _MOCO_ENCODER, _MOCO_TRAINING_STATE = "base_encoder.", ("momentum_encoder.", "pr
 
 
 @dataclass(frozen=True)
+class ReportedResult:
+    """One figure the authors report for a released model: shown as reported, never as measured on a conversion.
+    `model` names the released model it belongs to: a backbone ("ViT-L/14", matched against the converted model's
+    vision tower) or a checkpoint name ("flair-merged30m", matched against the converted file's name)."""
+
+    dataset: str  # as the card shows it, e.g. "Urban1k"
+    metric: str  # e.g. "I2T R@1"
+    value: float
+    source: str  # where it is reported, e.g. "HiMo-CLIP paper, Table 1"
+    model: str
+    source_url: str = ""
+    metric_type: str = "recall"  # the model-index metric type (HiMo@K: "pearsonr")
+
+
+def reported_retrieval(dataset: str, i2t: float, t2i: float, source: str, model: str,
+                       source_url: str = "") -> tuple[ReportedResult, ReportedResult]:
+    """The image-to-text and text-to-image Recall@1 a paper reports on `dataset`."""
+    return (ReportedResult(dataset, "I2T R@1", i2t, source, model, source_url),
+            ReportedResult(dataset, "T2I R@1", t2i, source, model, source_url))
+
+
+@dataclass(frozen=True)
 class SourceInfo:
-    """What a converted model's card says about its source: the method, its paper, where the weights come from,
-    their license, and results the paper reports (shown as reported, never as measured here)."""
+    """What a converted model's card says about its source: the method, its paper, where the weights come from
+    (the repository and the commit checked), their license, and results the authors report (shown as reported,
+    never as measured here)."""
 
     name: str
     paper: str
     url: str
     license: str
-    reported: dict[str, str] = field(default_factory=dict)
+    reported: tuple[ReportedResult, ...] = ()
     # the parity with the original code verified by the test file: tolerance (float32) and the inputs checked
     tolerance: str = "1e-4"
     checked: str = "texts of 10, 100 and 240 tokens and on images"
@@ -146,18 +170,24 @@ def _is_torchscript(archive: zipfile.ZipFile) -> bool:
 
 
 def _unwrap(checkpoint, path) -> dict[str, torch.Tensor]:
-    """The flat name -> tensor dict inside a checkpoint: under `state_dict` / `model` / `module` if nested there,
-    without DDP's `module.` or torch.compile's `_orig_mod.` prefixes."""
+    """The state dict inside a checkpoint, name -> tensor: found under `state_dict` / `model` / `module` (the first
+    of these a dict holds, however many other entries sit beside it: an optimizer, an epoch, MoCo's `best_acc1`
+    tensor, DeiT's EMA copy), without DDP's `module.` or torch.compile's `_orig_mod.` prefixes. A state dict holding
+    anything but tensors is refused, naming those entries."""
     import torch
 
-    while isinstance(checkpoint, dict) and not any(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+    while isinstance(checkpoint, dict):
         nested = next((checkpoint[key] for key in _NESTED_KEYS if isinstance(checkpoint.get(key), dict)), None)
         if nested is None:
-            raise ValueError(f"{path} holds no weights: a dict with keys {sorted(checkpoint)[:10]}")
+            break
         checkpoint = nested
     if not isinstance(checkpoint, dict):
         raise ValueError(f"{path} holds a {type(checkpoint).__name__}, not a dict of weights")
-    weights = {name: value for name, value in checkpoint.items() if isinstance(value, torch.Tensor)}
+    others = sorted(str(name) for name, value in checkpoint.items() if not isinstance(value, torch.Tensor))
+    if others or not checkpoint:
+        raise ValueError(f"{path} holds no state dict (a dict of tensors, or one under {', '.join(_NESTED_KEYS)}): "
+                         f"entries that are not tensors: {others[:10]}")
+    weights = dict(checkpoint)
     while wrapper := next((w for w in _WRAPPER_PREFIXES if all(name.startswith(w) for name in weights)), None):
         weights = {name[len(wrapper):]: value for name, value in weights.items()}
     if any(name.startswith(_MOCO_ENCODER) for name in weights):
@@ -174,8 +204,9 @@ def load_original_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
 
     A `torch.save` pickle is read with `torch.load(weights_only=True)` (a file that needs more, e.g. a pickled
     model object or argparse namespace, is refused with the reason); a TorchScript archive (OpenAI's `.pt`) by a
-    reader that only rebuilds its tensors; a `.safetensors` file directly. Weights nested under `state_dict`,
-    `model` or `module`, and DDP's `module.` prefixes, are unwrapped; of a MoCo checkpoint
+    reader that only rebuilds its tensors; a `.safetensors` file directly. The state dict is found under
+    `state_dict`, `model` or `module` (beside an optimizer, counters, an argparse namespace of the command line),
+    and DDP's `module.` prefixes are removed; of a MoCo checkpoint
     (`module.base_encoder.`) the base encoder is kept, its momentum copy and predictor (training state) dropped.
     """
     import torch
@@ -192,7 +223,8 @@ def load_original_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
             if _is_torchscript(archive):
                 return _read_torchscript(path, archive)
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals([argparse.Namespace]):  # DeiT's saved command line: plain attributes
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         raise ValueError(
             f"{path} is not a plain weights file: torch.load(weights_only=True) refused it ({str(err).splitlines()[0]}). "
@@ -329,24 +361,72 @@ def save_converted(model, processor, output_dir: str | Path, text_encoder_only: 
             processor.tokenizer.model_max_length = max_length
             processor.tokenizer.save_pretrained(output_dir)
         return output_dir
+    _map_base_model(model)
     model.save_pretrained(output_dir)
     if processor is not None:
         processor.save_pretrained(output_dir)
     return output_dir
 
 
-def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False):
+def _map_base_model(model) -> None:
+    """A model with a head (e.g. CAST's classifier) also loads with `AutoModel`, as transformers' own checkpoints
+    do: its backbone class (under `base_model_prefix`, registered for `AutoModel`) goes into the config's `auto_map`
+    beside the head class's own entry, which `save_pretrained` adds."""
+    base = getattr(model, model.base_model_prefix, None)
+    base_class = type(base)
+    if base is None or base is model or getattr(base_class, "_auto_class", None) != "AutoModel":
+        return
+    module = base_class.__module__.rsplit(".", 1)[-1]
+    model.config.auto_map = {**(getattr(model.config, "auto_map", None) or {}),
+                             "AutoModel": f"{module}.{base_class.__name__}"}
+
+
+def released_model_names(model=None, checkpoint: str | Path | None = None) -> set[str]:
+    """What identifies a converted model among the released ones (see `ReportedResult.model`): its vision backbone
+    ("ViT-L/14", "ViT-B/16", "ViT-L/14-336") and the converted file's name."""
+    names = set()
+    vision = getattr(getattr(model, "config", None), "vision_config", None)
+    sizes = {768: "B", 1024: "L", 1280: "H"}
+    if vision is not None and getattr(vision, "hidden_size", None) in sizes:
+        image = getattr(vision, "image_size", 224)
+        names.add(f"ViT-{sizes[vision.hidden_size]}/{vision.patch_size}" + (f"-{image}" if image != 224 else ""))
+    if checkpoint is not None:
+        names.add(Path(checkpoint).stem)
+    return names
+
+
+def _model_index(results: list[ReportedResult], paper: str):
+    """The model-index entries (huggingface_hub `EvalResult`s) of reported retrieval figures."""
+    from huggingface_hub import EvalResult
+
+    return [EvalResult(task_type="image-text-retrieval", task_name="Image-text retrieval",
+                       dataset_type=result.dataset.lower().replace(" ", "-"), dataset_name=result.dataset,
+                       metric_type=result.metric_type, metric_name=f"{result.metric} (as reported: {result.source})",
+                       metric_value=result.value, verified=False,
+                       source_name=paper if result.source_url else None, source_url=result.source_url or None)
+            for result in results]
+
+
+def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False, model=None,
+                    checkpoint: str | Path | None = None):
     """The model card of a converted checkpoint: the source's method, paper, license and origin, what was
-    converted and the verified parity, and the paper's results marked as reported by its authors."""
+    converted and the verified parity, and the authors' results marked as reported. The figures of the released
+    model this conversion is (`model`'s backbone or the `checkpoint` file's name, see `released_model_names`) also
+    go into the card's `model-index` metadata (reported, unverified), which the Hub shows; a text tower alone
+    carries none there."""
     from huggingface_hub import ModelCard, ModelCardData
 
     info = source_info(format)
     if info is None:
         raise ValueError(f"the {format} converter declares no source information for a model card")
     what = "its text tower, as a transformers `CLIPTextModel`" if text_encoder_only else "the whole model"
-    reported = "\n".join(f"| {name} | {value} |" for name, value in info.reported.items())
+    reported = "\n".join(f"| {r.dataset} | {r.metric} | {r.model} | {r.value:g} | {r.source} |" for r in info.reported)
+    names = released_model_names(model, checkpoint)
+    own = [] if text_encoder_only else [result for result in info.reported if result.model in names]
+    name = repo_id.split("/")[-1]
     data = ModelCardData(license=info.license, library_name="transformers",
-                         tags=["hf-longclip", "clip", "long-captions", "converted"])
+                         tags=["hf-longclip", "clip", "long-captions", "converted"],
+                         model_name=name if own else None, eval_results=_model_index(own, info.paper) or None)
     body = (
         f"---\n{data.to_yaml()}\n---\n\n# {repo_id.split('/')[-1]}\n\n"
         f"{info.name} ({info.paper}), converted from the released weights ({info.url}) by "
@@ -355,7 +435,14 @@ def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False):
         f"weights within {info.tolerance} (float32), on {info.checked} (verified on random weights saved in the "
         f"released format; see hf-longclip's {info.test_file}).\n\n"
     )
+    auto_map = getattr(getattr(model, "config", None), "auto_map", None) or {}
+    loaders = [f"`{name}` ({target.rsplit('.', 1)[-1]})" for name, target in sorted(auto_map.items(), reverse=True)
+               if name.startswith("AutoModel")]
+    if loaders:
+        body += f"It loads with {' and '.join(loaders)}, `trust_remote_code=True`.\n\n"
     if reported:
-        body += ("## Results reported in the paper\n\nAs reported by the authors, not measured on this conversion:"
-                 f"\n\n| benchmark | reported |\n| --- | --- |\n{reported}\n")
+        body += ("## Results reported by the authors\n\nAs reported by the authors, not measured on this conversion"
+                 + (" (this model's figures are also in the card's metadata)" if own else "") + ":\n\n"
+                 f"| benchmark | metric | released model | reported | source |\n| --- | --- | --- | --- | --- |\n"
+                 f"{reported}\n")
     return ModelCard(body)

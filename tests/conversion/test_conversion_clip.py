@@ -367,12 +367,14 @@ def test_push_to_hub_with_a_model_card(tmp_path):
         card = hub.file("org/longclip-tiny", "README.md").decode()
         assert hub.file("org/longclip-tiny", "config.json")
     assert "license: apache-2.0" in card and "arXiv:2403.15378" in card and "within 1e-4" in card
-    assert "As reported by the authors, not measured on this conversion" in card and "82.7 / 86.1" in card
+    assert "As reported by the authors, not measured on this conversion" in card
+    assert "| Urban1k | I2T R@1 | ViT-L/14 | 82.7 | HiMo-CLIP paper, Table 1 |" in card
+    assert "model-index" not in card  # a tiny tower is none of the released models: no figures in its metadata
 
 
 @pytest.mark.parametrize("format, license, paper, checked, reported", [
-    ("tulip", "unknown", "arXiv:2410.10034", "260 tokens", "88.1 / 86.6"),
-    ("flair", "mit", "arXiv:2412.03561", "77 tokens", "70.3 / 72.6"),
+    ("tulip", "apache-2.0", "arXiv:2410.10034", "260 tokens", "| Urban1k | T2I R@1 | ViT-B/16 | 86.6 |"),
+    ("flair", "unknown", "arXiv:2412.03561", "77 tokens", "| DOCCI | I2T R@1 | flair-merged30m | 70.3 |"),
     ("cast", "mit", "arXiv:2210.00314", "on images", None),
 ])
 def test_model_card_of_tulip_flair_cast(format, license, paper, checked, reported):
@@ -385,3 +387,45 @@ def test_model_card_of_tulip_flair_cast(format, license, paper, checked, reporte
         assert "As reported by the authors, not measured on this conversion" in card and reported in card
     else:
         assert "reported" not in card.lower()
+
+
+def _vision_tower(width: int, patch: int, image: int = 224):
+    """A stand-in for a converted model: what `released_model_names` reads of it."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(config=SimpleNamespace(vision_config=SimpleNamespace(hidden_size=width, patch_size=patch,
+                                                                                image_size=image)))
+
+
+@pytest.mark.parametrize("format, model, checkpoint, expected, absent", [
+    ("longclip", _vision_tower(1024, 14), "longclip-L.pt", {("Urban1k", 82.7), ("Urban1k", 86.1),
+                                                            ("HiMo-Docci", -0.55)}, ("Urban1k", 78.9)),
+    ("himo", _vision_tower(1024, 14), "himo-clip_L.pt", {("COCO", 65.1), ("HiMo-Docci", 0.88)}, ("COCO", 60.6)),
+    ("tulip", _vision_tower(768, 16), "epoch_1.pt", {("ShareGPT4V-1k", 98.6), ("DOCCI", 75.8)}, ("Urban1k", 90.1)),
+    ("flair", None, "flair-cc3m-recap.pt", {("COCO", 51.6), ("COCO", 37.7), ("Flickr30k", 78.7)}, ("COCO", 68.0)),
+])
+def test_card_metadata_carries_the_reported_figures_of_that_released_model(format, model, checkpoint, expected,
+                                                                            absent):
+    """The model-index of a converted checkpoint's card holds the figures the authors report for that released
+    model (found by its vision backbone or the checkpoint's file name), marked as reported and unverified, and no
+    other model's; a text tower alone carries none."""
+    from huggingface_hub import ModelCard
+
+    card = ModelCard(str(conversion_card(format, f"org/{format}", model=model, checkpoint=checkpoint)))
+    results = {(result.dataset_name, result.metric_value) for result in card.data.eval_results}
+    assert expected <= results and absent not in results
+    assert all(not result.verified and "as reported" in result.metric_name for result in card.data.eval_results)
+    assert card.data.eval_results[0].task_type == "image-text-retrieval" and card.data.model_name == format
+    text_only = ModelCard(str(conversion_card(format, f"org/{format}", True, model=model, checkpoint=checkpoint)))
+    assert text_only.data.eval_results is None
+
+
+@pytest.mark.parametrize("format", ["longclip", "himo", "tulip", "flair"])
+def test_converting_docs_give_every_reported_figure(format):
+    """docs/converting.md shows each figure a converter's card reports, with the command that evaluates it."""
+    from hf_longclip.conversion import source_info
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "converting.md").read_text()
+    section = docs[docs.index("## Reproduction recipes"):]
+    for result in source_info(format).reported:
+        assert f"{result.value:g}" in section, (format, result)

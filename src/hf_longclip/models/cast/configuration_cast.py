@@ -10,6 +10,8 @@ from hf_longclip.modeling_common.saving import CodeBundleMixin
 STEM_STRIDE = 8  # CAST's convolutional stem: three stride-2 convolutions
 POSITION_LAYOUTS = ("interleaved", "blocks")
 SEGMENT_POOLINGS = ("pixels", "cells")
+POSITION_EMBEDDING_TYPES = ("sincos", "learned")
+EMPTY_SEGMENTS = ("masked", "zero_tokens")
 
 
 @strict
@@ -47,6 +49,17 @@ class CASTVisionConfig(CodeBundleMixin, PreTrainedConfig):
         nearest-upsampled to pixels: every pixel counts) or "cells" (released CAST's: the label map
         nearest-downsampled to the stem grid, the mean over the cells a segment keeps; a segment keeping none is
         padding).
+    position_embedding_type (`str`, defaults to `"sincos"`):
+        "sincos" (fixed 2-D sin-cos features in `position_layout`, any image size) or "learned" (a trained table of
+        (image_size / 8)^2 rows, released CAST's DeiT-trained models, `cast_deit.py`; images must then be
+        image_size px).
+    empty_segments (`str`, defaults to `"masked"`):
+        What a superpixel id without a token's worth of pixels (none at all, or with `segment_pooling="cells"` none
+        of the stem cells) becomes: "masked" (padding: no key in attention, no part in the graph pooling; per
+        image) or "zero_tokens" (released CAST's: every id up to the batch's largest id owning pixels is a token,
+        an empty one a zero vector that attends, is attended to, and is grouped like the others; only its
+        choice as a pooling seed is excluded; larger ids are padding, so an image's output depends on the ids its
+        batch holds).
     """
 
     model_type = "cast_vision"
@@ -69,6 +82,8 @@ class CASTVisionConfig(CodeBundleMixin, PreTrainedConfig):
     position_layout: str = "interleaved"
     pooling_layer_norm_eps: float = 1e-6
     segment_pooling: str = "pixels"
+    position_embedding_type: str = "sincos"
+    empty_segments: str = "masked"
 
     def __post_init__(self, **kwargs):
         self.depths, self.num_clusters = list(self.depths), list(self.num_clusters)
@@ -96,6 +111,11 @@ class CASTVisionConfig(CodeBundleMixin, PreTrainedConfig):
             raise ValueError(f"position_layout must be one of {POSITION_LAYOUTS}, got {self.position_layout!r}")
         if self.segment_pooling not in SEGMENT_POOLINGS:
             raise ValueError(f"segment_pooling must be one of {SEGMENT_POOLINGS}, got {self.segment_pooling!r}")
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ValueError(f"position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, got "
+                             f"{self.position_embedding_type!r}")
+        if self.empty_segments not in EMPTY_SEGMENTS:
+            raise ValueError(f"empty_segments must be one of {EMPTY_SEGMENTS}, got {self.empty_segments!r}")
         if self.assignment_scale <= 0:
             raise ValueError(f"assignment_scale must be > 0, got {self.assignment_scale}")
         super().__post_init__(**kwargs)
@@ -106,4 +126,5 @@ class CASTVisionConfig(CodeBundleMixin, PreTrainedConfig):
         return sum(self.depths)
 
 
-__all__ = ["POSITION_LAYOUTS", "SEGMENT_POOLINGS", "STEM_STRIDE", "CASTVisionConfig"]
+__all__ = ["EMPTY_SEGMENTS", "POSITION_EMBEDDING_TYPES", "POSITION_LAYOUTS", "SEGMENT_POOLINGS", "STEM_STRIDE",
+           "CASTVisionConfig"]

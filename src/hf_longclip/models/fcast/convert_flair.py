@@ -12,7 +12,7 @@ level without `text_projection` (`text_post.proj`), `visual_proj` (`PureAttentio
 import torch
 from transformers import CLIPTokenizer
 
-from hf_longclip.conversion import SourceInfo, check_consumed, load_converted, pop_weight
+from hf_longclip.conversion import SourceInfo, check_consumed, load_converted, pop_weight, reported_retrieval
 from hf_longclip.convert_clip import check_tokenizer, clip_image_processor, float_weights, text_tower, vision_tower
 
 from .configuration_fcast import FCASTConfig
@@ -22,23 +22,28 @@ from .processing_fcast import FCASTProcessor
 FLAIR_POOL_HEADS = 8  # PureAttentionPoolingBlock's n_head, never changed by FLAIR's model
 FLAIR_ACTIVATION = "gelu"  # open_clip's default, which FLAIR's configurations keep in both towers
 
-_FCAST_TABLE1 = "F-CAST paper, Table 1: FLAIR trained on Merged-30M"
+_FCAST_TABLE1 = "F-CAST paper, Table 1"
+_FLAIR_REPO = "https://github.com/ExplainableML/flair"
+_FLAIR_README = "FLAIR's README (ExplainableML/flair at 0f9ce05)"
 SOURCES = {
     "flair": SourceInfo(
         name="FLAIR", paper="Xiao et al., FLAIR: VLM with Fine-grained Language-informed Image Representations, "
                             "CVPR 2025, arXiv:2412.03561",
-        url="https://huggingface.co/xiaorui638/flair (code: https://github.com/ExplainableML/flair)", license="mit",
+        url="https://huggingface.co/xiaorui638/flair (code: https://github.com/ExplainableML/flair, checked at "
+            "0f9ce05)",
+        license="unknown",  # ExplainableML/flair holds no LICENSE file and its README names none
         checked="texts of 10 and 77 tokens (FLAIR reads 77) and on images, both the CLIP-style and the "
                 "text-conditioned logits",
         test_file="tests/conversion/test_convert_tulip_flair.py",
-        reported={
-            f"DCI I2T/T2I R@1 ({_FCAST_TABLE1})": "61.3 / 66.2",
-            f"DOCCI I2T/T2I R@1 ({_FCAST_TABLE1})": "70.3 / 72.6",
-            f"ShareGPT4V-1k I2T/T2I R@1 ({_FCAST_TABLE1})": "98.5 / 98.0",
-            f"ShareGPT4V-10k I2T/T2I R@1 ({_FCAST_TABLE1})": "90.3 / 89.4",
-            f"Urban1k I2T/T2I R@1 ({_FCAST_TABLE1})": "83.6 / 87.7",
-            f"IIW I2T/T2I R@1 ({_FCAST_TABLE1})": "91.3 / 91.5",
-        }),
+        reported=tuple(result for args in (
+            ("DCI", 61.3, 66.2), ("DOCCI", 70.3, 72.6), ("ShareGPT4V-1k", 98.5, 98.0), ("ShareGPT4V-10k", 90.3, 89.4),
+            ("Urban1k", 83.6, 87.7), ("IIW", 91.3, 91.5),
+        ) for result in reported_retrieval(*args, _FCAST_TABLE1, "flair-merged30m")) + tuple(
+            result for model, coco, flickr in (  # the README lists T2I before I2T
+                ("flair-cc3m-recap", (51.6, 37.7), (78.7, 65.7)), ("flair-cc12m-recap", (64.1, 47.8), (90.8, 75.4)),
+                ("flair-yfcc15m-recap", (67.3, 51.2), (93.3, 79.2)), ("flair-merged30m", (68.0, 53.3), (94.7, 81.1)))
+            for dataset, pair in (("COCO", coco), ("Flickr30k", flickr))
+            for result in reported_retrieval(dataset, *pair, _FLAIR_README, model, _FLAIR_REPO))),
 }
 
 

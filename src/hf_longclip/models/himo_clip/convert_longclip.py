@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_longclip.conversion import SourceInfo, load_converted
+from hf_longclip.conversion import ReportedResult, SourceInfo, load_converted, reported_retrieval
 from hf_longclip.convert_clip import check_tokenizer, clip_image_processor, clip_state_dict
 from hf_longclip.modeling_common.positions import LONGCLIP_KEEP_POSITIONS
 
@@ -20,35 +20,39 @@ from .configuration_himo_clip import HiMoCLIPConfig
 from .modeling_himo_clip import HiMoCLIPModel
 from .processing_himo_clip import HiMoCLIPProcessor
 
-_TABLE1 = "HiMo-CLIP paper, Table 1"
-_TABLE2 = "HiMo-CLIP paper, Table 2"
+_TABLE1, _TABLE2, _TABLE3 = (f"HiMo-CLIP paper, Table {n}" for n in (1, 2, 3))
+_HIMO_REPO = "https://github.com/UnicomAI/HiMo-CLIP"  # its README shows Tables 1-3 (checked at f235e97)
+
+
+def _himo_tables(b16: tuple, l14: tuple) -> tuple[ReportedResult, ...]:
+    """Figures of HiMo-CLIP's Tables 1 (Urban1k, DOCCI, Long-DCI) and 2 (Flickr30k, COCO) for one method's ViT-B/16
+    and ViT-L/14 rows: (urban1k, docci, long_dci, flickr30k, coco), each an (I2T, T2I) pair."""
+    datasets = (("Urban1k", _TABLE1), ("DOCCI", _TABLE1), ("Long-DCI", _TABLE1), ("Flickr30k", _TABLE2),
+                ("COCO", _TABLE2))
+    return tuple(result for backbone, rows in (("ViT-B/16", b16), ("ViT-L/14", l14))
+                 for (dataset, table), pair in zip(datasets, rows)
+                 for result in reported_retrieval(dataset, *pair, table, backbone, _HIMO_REPO))
+
+
 SOURCES = {
     "longclip": SourceInfo(
         name="Long-CLIP", paper="Zhang et al., Long-CLIP: Unlocking the Long-Text Capability of CLIP, ECCV 2024, "
                                 "arXiv:2403.15378",
-        url="https://huggingface.co/BeichenZhang/LongCLIP-L (code: https://github.com/beichenzbc/Long-CLIP)",
+        url="https://huggingface.co/BeichenZhang/LongCLIP-L (code: https://github.com/beichenzbc/Long-CLIP, checked "
+            "at 3966af9: Apache-2.0 LICENSE)",
         license="apache-2.0",
-        reported={
-            f"Urban1k I2T/T2I R@1, ViT-B/16 ({_TABLE1})": "78.9 / 79.5",
-            f"Urban1k I2T/T2I R@1, ViT-L/14 ({_TABLE1})": "82.7 / 86.1",
-            f"DOCCI I2T/T2I R@1, ViT-L/14 ({_TABLE1})": "66.5 / 78.6",
-            f"Long-DCI I2T/T2I R@1, ViT-L/14 ({_TABLE1})": "46.5 / 54.3",
-            f"Flickr30k I2T/T2I R@1, ViT-L/14 ({_TABLE2})": "89.0 / 76.7",
-            f"COCO I2T/T2I R@1, ViT-L/14 ({_TABLE2})": "62.8 / 46.3",
-        }),
+        reported=_himo_tables(b16=((78.9, 79.5), (63.2, 71.5), (42.2, 48.4), (87.3, 70.7), (57.6, 40.4)),
+                              l14=((82.7, 86.1), (66.5, 78.6), (46.5, 54.3), (89.0, 76.7), (62.8, 46.3)))
+        + (ReportedResult("HiMo-Docci", "HiMo@K", -0.55, _TABLE3, "ViT-L/14", _HIMO_REPO, "pearsonr"),)),
     "himo": SourceInfo(
         name="HiMo-CLIP", paper="Wu et al., Modeling Semantic Hierarchy and Monotonicity in Vision-Language "
                                 "Alignment, AAAI 2026",
-        url="https://huggingface.co/5RJ/HiMo-CLIP", license="apache-2.0",
-        reported={
-            f"Urban1k I2T/T2I R@1, ViT-B/16 ({_TABLE1})": "89.2 / 89.6",
-            f"Urban1k I2T/T2I R@1, ViT-L/14 ({_TABLE1})": "93.0 / 93.1",
-            f"DOCCI I2T/T2I R@1, ViT-L/14 ({_TABLE1})": "82.4 / 84.4",
-            f"Long-DCI I2T/T2I R@1, ViT-L/14 ({_TABLE1})": "62.2 / 61.9",
-            f"Flickr30k I2T/T2I R@1, ViT-L/14 ({_TABLE2})": "92.5 / 78.2",
-            f"COCO I2T/T2I R@1, ViT-L/14 ({_TABLE2})": "65.1 / 47.2",
-            "HiMo@K on HiMo-Docci, ViT-L/14 (HiMo-CLIP paper, Table 3)": "0.88",
-        }),
+        url="https://huggingface.co/5RJ/HiMo-CLIP (code: https://github.com/UnicomAI/HiMo-CLIP, checked at f235e97: "
+            "Apache-2.0 LICENSE)",
+        license="apache-2.0",
+        reported=_himo_tables(b16=((89.2, 89.6), (77.8, 79.9), (58.6, 57.1), (88.4, 72.1), (60.6, 40.8)),
+                              l14=((93.0, 93.1), (82.4, 84.4), (62.2, 61.9), (92.5, 78.2), (65.1, 47.2)))
+        + (ReportedResult("HiMo-Docci", "HiMo@K", 0.88, _TABLE3, "ViT-L/14", _HIMO_REPO, "pearsonr"),)),
 }
 
 

@@ -21,7 +21,7 @@ What the released code runs, and how it maps here:
 import torch
 from transformers import CLIPTokenizer
 
-from hf_longclip.conversion import SourceInfo, check_consumed, load_converted, pop_weight
+from hf_longclip.conversion import SourceInfo, check_consumed, load_converted, pop_weight, reported_retrieval
 from hf_longclip.convert_clip import check_tokenizer, clip_image_processor, float_weights, text_tower, vision_tower
 
 from .configuration_onelip import ONELIP_TEXT_POSITIONS, OneLIPConfig
@@ -31,23 +31,27 @@ from .processing_onelip import OneLIPProcessor
 CLIP_TEXT_POSITIONS = 77  # T_f: the CLIP TULIP distils from (kept for OneLIP fine-tuning: TRIM-Refine's queries)
 
 _ONELIP_TABLE1, _ONELIP_TABLE2 = "OneLIP paper, Table 1", "OneLIP paper, Table 2"
+_HIMO_TABLE1, _HIMO_REPO = "HiMo-CLIP paper, Table 1", "https://github.com/UnicomAI/HiMo-CLIP"
 SOURCES = {
     "tulip": SourceInfo(
         name="TULIP", paper="Najdenkoska et al., TULIP: Token-length Upgraded CLIP, ICLR 2025, arXiv:2410.10034",
-        url="https://github.com/ivonajdenkoska/tulip (checkpoints: mderakhshani/TULIP)",
-        license="unknown",  # the repository states none: ask the authors before redistributing
+        url="https://github.com/ivonajdenkoska/tulip (checked at 132c174; checkpoints: mderakhshani/TULIP)",
+        license="apache-2.0",  # the repository's LICENSE, Apache-2.0 since its first commit (ae9789c)
         checked="texts of 10, 100, 240 and 260 tokens and on images",
         test_file="tests/conversion/test_convert_tulip_flair.py",
-        reported={
-            f"ShareGPT4V-1k I2T/T2I R@1, ViT-B/16 ({_ONELIP_TABLE1})": "98.6 / 98.6",
-            f"Urban1k I2T/T2I R@1, ViT-B/16 ({_ONELIP_TABLE1})": "88.1 / 86.6",
-            f"ShareGPT4V-1k I2T/T2I R@1, ViT-L/14 ({_ONELIP_TABLE1})": "99.0 / 99.0",
-            f"Urban1k I2T/T2I R@1, ViT-L/14 ({_ONELIP_TABLE1})": "90.1 / 91.1",
-            f"COCO I2T/T2I R@1, ViT-B/16 ({_ONELIP_TABLE2})": "56.8 / 40.7",
-            f"Flickr30k I2T/T2I R@1, ViT-B/16 ({_ONELIP_TABLE2})": "46.1 / 35.2",
-            f"COCO I2T/T2I R@1, ViT-L/14 ({_ONELIP_TABLE2})": "62.6 / 46.1",
-            f"Flickr30k I2T/T2I R@1, ViT-L/14 ({_ONELIP_TABLE2})": "56.7 / 41.6",
-        }),
+        reported=tuple(result for args in (
+            ("ShareGPT4V-1k", 98.6, 98.6, _ONELIP_TABLE1, "ViT-B/16"),
+            ("Urban1k", 88.1, 86.6, _ONELIP_TABLE1, "ViT-B/16"),
+            ("ShareGPT4V-1k", 99.0, 99.0, _ONELIP_TABLE1, "ViT-L/14"),
+            ("Urban1k", 90.1, 91.1, _ONELIP_TABLE1, "ViT-L/14"),
+            ("COCO", 56.8, 40.7, _ONELIP_TABLE2, "ViT-B/16"), ("Flickr30k (all 31,783 images)", 46.1, 35.2,
+                                                              _ONELIP_TABLE2, "ViT-B/16"),
+            ("COCO", 62.6, 46.1, _ONELIP_TABLE2, "ViT-L/14"), ("Flickr30k (all 31,783 images)", 56.7, 41.6,
+                                                              _ONELIP_TABLE2, "ViT-L/14"),
+        ) for result in reported_retrieval(*args)) + tuple(result for args in (
+            ("DOCCI", 75.5, 75.8, _HIMO_TABLE1, "ViT-B/16"), ("Long-DCI", 50.2, 50.6, _HIMO_TABLE1, "ViT-B/16"),
+            ("DOCCI", 75.5, 75.8, _HIMO_TABLE1, "ViT-L/14"), ("Long-DCI", 55.7, 56.4, _HIMO_TABLE1, "ViT-L/14"),
+        ) for result in reported_retrieval(*args, source_url=_HIMO_REPO))),
 }
 
 
