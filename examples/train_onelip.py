@@ -41,7 +41,7 @@ import numpy as np
 from accelerate.utils import set_seed
 from datasets import DatasetDict
 
-from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor, OneLIPModel, OneLIPProcessor
+from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor, OneLIPForPreTraining, OneLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.models.himo_clip.base_clip import evaluate_base, load_clip, short_caption_base
@@ -145,7 +145,7 @@ def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: in
         model = HiMoCLIPModel.from_clip(clip, stretch_positions=length > BASE_LENGTH)
         processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
         return HiMoCLIPTask(model, ImageTextCollator(processor), molo_lambda=0.0), processor
-    model = OneLIPModel.from_clip(clip, max_length=length)
+    model = OneLIPForPreTraining.from_clip(clip, max_length=length)
     processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
     options = dict(token_distillation=method, trim_top_k=args.trim_top_k, trim_rank=args.trim_rank,
                    trim_alpha=args.trim_alpha, weight_switch_step=switch_step)
