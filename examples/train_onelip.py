@@ -16,6 +16,11 @@ each variant starts from that base and is trained identically (same data order, 
   onelip         OneLIP: RoPE/NTK encoder, L_coarse + TRIM token-wise distillation + contrastive (Eq. 10)
   clip-77-ft, clip-128, onelip-77, onelip-128: the same at other maximum training lengths, for Fig. 3 (the CLIP
                  rows keep 77 positions at 77 and use the stretched 248-position table truncated at 128)
+Then, with `--variants tulip`, TULIP's two-stage pipeline (`hf_longclip.models.onelip.tulip`) from the same base in
+as many optimizer steps as each one-stage row: `tulip-distill` (stage 1: the RoPE text encoder distilled from the
+frozen base's text embeddings of the captions cut at 77 tokens, `--tulip_distill_steps`, loss
+`--tulip_distill_loss`), then `tulip` (stage 2: contrastive fine-tuning of both towers on the long captions, NTK-scaled
+RoPE) for the remaining steps; each stage is its own run (logged, checkpointed, resumed, evaluated).
 Then Table 4's hard-negative rows, each trained for `--table4_epochs` passes over the first `--table4_train`
 training scenes (PO-HNM's refresh needs samples to come back), again from the same base and identically:
   table4-trim        OneLIP (TRIM), no hard negatives
@@ -38,10 +43,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+import torch
 from accelerate.utils import set_seed
 from datasets import DatasetDict
 
-from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor, OneLIPForPreTraining, OneLIPProcessor
+from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor, OneLIPForPreTraining, OneLIPModel, OneLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.models.himo_clip.base_clip import evaluate_base, load_clip, short_caption_base
@@ -49,6 +55,13 @@ from hf_longclip.models.onelip.card import CARD
 from hf_longclip.models.onelip.evaluation import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
 from hf_longclip.models.onelip.plots import loss_notes, plot_recall_by_length
+from hf_longclip.models.onelip.tulip import (
+    DISTILLATION_LOSSES,
+    TULIPDistillationTask,
+    distillation_student,
+    finetuning_model,
+)
+from hf_longclip.objectives.clip import ClipLoss
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import whole_model_init
 from hf_longclip.models.onelip.negative_bank import (
@@ -66,6 +79,7 @@ from hf_longclip.training.recipe import (
 )
 from hf_longclip.models.himo_clip.task import HiMoCLIPTask
 from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip.training.task import ContrastiveTask
 
 BASE = "clip-77"
 BASE_LENGTH = 77
@@ -78,6 +92,9 @@ VARIANTS = {  # name: (method, maximum training length); "clip": Long-CLIP stret
     "onelip-77": ("trim", 77),
     "onelip-128": ("trim", 128),
 }
+TULIP_STAGES = ("tulip-distill", "tulip")  # `--variants tulip` trains both, in this order
+# Long-CLIP's recipe (its short-caption term against the image features' principal components) joins as a row of its
+# own here, built on the Long-CLIP objective of `hf_longclip.objectives`, when that objective exists.
 TABLE4 = {  # Table 4's rows: name -> (queue size as a fraction of --hnm_queue_size M, refreshed online)
     "table4-trim": (0.0, False),
     "table4-hnm": (1.0, False),
@@ -94,7 +111,7 @@ BACKBONE_DEFAULTS = dict(hidden_size=64)
 @dataclass
 class ScriptArguments:
     variants: str = field(default=",".join([*VARIANTS, *TABLE4]),
-                          metadata={"help": f"comma list of {[*VARIANTS, *TABLE4]}"})
+                          metadata={"help": f"comma list of {[*VARIANTS, 'tulip', *TABLE4]}"})
     base_checkpoint: str | None = field(default=None, metadata={
         "help": "77-token CLIPModel directory or Hub id to adapt (also the teacher); None: train one from scratch "
                 "(same as --init_from_clip)"})
@@ -104,6 +121,11 @@ class ScriptArguments:
     trim_top_k: int = field(default=100, metadata={"help": "K of TRIM-Select (Eq. 5)"})
     trim_rank: int = field(default=8, metadata={"help": "r of TRIM-Select's structural importance (Eq. 4)"})
     trim_alpha: float = field(default=0.5, metadata={"help": "alpha of S(i) (Eq. 5)"})
+    tulip_distill_steps: int = field(default=-1, metadata={
+        "help": "the tulip variant's stage-1 (distillation) optimizer steps; stage 2 takes the rest of the steps "
+                "every one-stage row trains for (-1: half of them)"})
+    tulip_distill_loss: str = field(default="cosine", metadata={
+        "help": f"the tulip variant's distillation loss, one of {DISTILLATION_LOSSES} (TULIP's run script: cosine)"})
     hnm_queue_size: int = field(default=16, metadata={
         "help": "M, hard negatives queued per sample (Sec. 4.1: 1024 of 1.2M captions)"})
     hnm_update_steps: int = field(default=8, metadata={
@@ -122,6 +144,8 @@ class ScriptArguments:
     def __post_init__(self):
         if not 0.0 <= self.weight_switch_fraction <= 1.0:
             raise ValueError(f"weight_switch_fraction must be in [0, 1], got {self.weight_switch_fraction}")
+        if self.tulip_distill_loss not in DISTILLATION_LOSSES:
+            raise ValueError(f"tulip_distill_loss must be one of {DISTILLATION_LOSSES}, got {self.tulip_distill_loss!r}")
 
 
 def optimizer_steps(loop_args: LoopArguments, num_samples: int, num_processes: int) -> int:
@@ -158,6 +182,43 @@ def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: in
                                 delta=args.hnm_delta, online=online)
     collate = ImageTextCollator(processor, index_column="sample_index")
     return OneLIPTask(model, collate, teacher=clip, hard_negatives=queues, **options), processor
+
+
+def train_tulip(accelerator, args: ScriptArguments, base: str, parts: tuple, dataset, loop_args: LoopArguments,
+                lora_args, evaluate, run_args: dict, total_steps: int,
+                trust_remote_code: bool = False) -> tuple[dict, dict]:
+    """TULIP's two stages in `total_steps` optimizer steps, as many as each one-stage row: `tulip-distill` for
+    `args.tulip_distill_steps` (half by default), then `tulip`, built from `tulip-distill`'s saved checkpoint, for the
+    rest. Each stage is a run of its own, so each is logged, checkpointed and resumed as any variant is (a resumed
+    run skips a finished stage 1)."""
+    distill_steps = args.tulip_distill_steps if args.tulip_distill_steps >= 0 else total_steps // 2
+    if not 0 < distill_steps < total_steps:
+        raise SystemExit(f"--tulip_distill_steps must leave both stages at least one of the {total_steps} optimizer "
+                         f"steps, got {distill_steps}")
+    tokenizer, image_processor = parts
+    length = VARIANTS["onelip"][1]
+    processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
+    distilled_dir = Path(loop_args.output_dir) / TULIP_STAGES[0]
+
+    def build_stage(stage: str):
+        set_seed(loop_args.seed)
+        clip = load_clip(base, trust_remote_code)
+        if stage == TULIP_STAGES[0]:  # captions cut at the teacher's 77 tokens
+            teacher_processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                                max_length=BASE_LENGTH)
+            return TULIPDistillationTask(distillation_student(clip, length), ImageTextCollator(teacher_processor),
+                                         teacher=clip, loss_type=args.tulip_distill_loss), processor
+        distilled = OneLIPModel.from_pretrained(distilled_dir, dtype=torch.float32)
+        return ContrastiveTask(finetuning_model(distilled, clip), ImageTextCollator(processor), ClipLoss()), processor
+
+    results, histories = {}, {}
+    for stage, steps in zip(TULIP_STAGES, (distill_steps, total_steps - distill_steps)):
+        stage_results, stage_histories = train_variants(
+            accelerator, [stage], build_stage, evaluate, dataset, replace(loop_args, max_steps=steps), lora_args,
+            run_args=run_args)
+        results.update(stage_results)
+        histories.update(stage_histories)
+    return results, histories
 
 
 def train_table4(accelerator, args: ScriptArguments, variants: list[str], base: str, parts: tuple, dataset,
@@ -209,7 +270,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
         accelerator, run_args: dict, dataset, bank_root: Path) -> dict[str, dict]:
     """One seed's run: the base (given, or the cached short-caption one), every variant adapted from it, Table 4's
     rows, Fig. 3, results."""
-    variants = parse_variants(script_args.variants, [*VARIANTS, *TABLE4])
+    variants = parse_variants(script_args.variants, [*VARIANTS, "tulip", *TABLE4])
     test, batch_size = dataset["test"], loop_args.per_device_eval_batch_size
     base = (script_args.base_checkpoint or backbone.init_from_clip
             or short_caption_base(accelerator, backbone, dataset, loop_args))
@@ -233,6 +294,11 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
         )
         results.update(adapted)
         histories.update(adapted_histories)
+    if "tulip" in variants:
+        adapted, adapted_histories = train_tulip(accelerator, script_args, base, parts, dataset, loop_args, lora_args,
+                                                 evaluate, run_args, total, backbone.trust_remote_code)
+        results.update(adapted)
+        histories.update(adapted_histories)
     if chosen := [variant for variant in variants if variant in TABLE4]:
         adapted, adapted_histories = train_table4(accelerator, script_args, chosen, base, parts, dataset, loop_args,
                                                   lora_args, evaluate, bank_root, run_args, backbone.trust_remote_code)
@@ -252,7 +318,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
 def main() -> None:
     script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
         "train_onelip", ScriptArguments, {**LOOP_DEFAULTS, **BACKBONE_DEFAULTS})
-    parse_variants(script_args.variants, [*VARIANTS, *TABLE4])  # fail before any work
+    parse_variants(script_args.variants, [*VARIANTS, "tulip", *TABLE4])  # fail before any work
     with accelerator.main_process_first():
         dataset = load_synthetic_scenes(seed=script_args.dataset_seed, num_train=script_args.num_train,
                                         num_test=script_args.num_test, image_size=backbone.image_size)
