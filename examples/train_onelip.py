@@ -4,8 +4,12 @@ Table 4 and its Fig. 3 on the synthetic scenes.
     accelerate launch examples/train_onelip.py                                      # CPU, minutes, from its own base
     accelerate launch examples/train_onelip.py --seeds 0,1,2                        # mean +- std over 3 seeds
     accelerate launch examples/train_onelip.py --base_checkpoint openai/clip-vit-base-patch16 --variants onelip
+    accelerate launch examples/train_onelip.py --base_checkpoint converted-tulip \
+        --teacher_checkpoint openai/clip-vit-base-patch16 --variants onelip               # from TULIP's weights
 
-First the base: a 77-token CLIP (`--base_checkpoint`: a CLIPModel directory or Hub id, ours or transformers'),
+First the base: a 77-token CLIP (`--base_checkpoint`: a CLIPModel directory or Hub id, ours or transformers'; or a
+OneLIP checkpoint such as converted TULIP weights, which the OneLIP rows then start from, row `base`, with the CLIP
+of `--teacher_checkpoint` as teacher),
 or, without one, a short-caption CLIP-77 built by the recipe of train_himo.py's base but 64 wide (train_himo.py's is
 128 wide, so the two scripts cache two bases): pretrained from scratch on the training scenes' first sentences for
 `--base_steps` with global InfoNCE, built once and cached under `--base_cache_dir` (row `clip-77`, evaluated as it
@@ -46,8 +50,16 @@ import numpy as np
 import torch
 from accelerate.utils import set_seed
 from datasets import DatasetDict
+from transformers import AutoConfig
 
-from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor, OneLIPForPreTraining, OneLIPModel, OneLIPProcessor
+from hf_longclip import (
+    HiMoCLIPModel,
+    HiMoCLIPProcessor,
+    OneLIPConfig,
+    OneLIPForPreTraining,
+    OneLIPModel,
+    OneLIPProcessor,
+)
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.models.himo_clip.base_clip import evaluate_base, load_clip, short_caption_base
@@ -60,6 +72,7 @@ from hf_longclip.models.onelip.tulip import (
     TULIPDistillationTask,
     distillation_student,
     finetuning_model,
+    set_rope_scaling,
 )
 from hf_longclip.objectives.clip import ClipLoss
 from hf_longclip.training.arguments import LoopArguments
@@ -82,6 +95,7 @@ from hf_longclip.models.onelip.task import OneLIPTask
 from hf_longclip.training.task import ContrastiveTask
 
 BASE = "clip-77"
+ONELIP_BASE = "base"  # the row of a OneLIP --base_checkpoint (e.g. converted TULIP weights), evaluated as it is
 BASE_LENGTH = 77
 VARIANTS = {  # name: (method, maximum training length); "clip": Long-CLIP stretching + global InfoNCE
     "clip-248": ("clip", 248),
@@ -113,8 +127,12 @@ class ScriptArguments:
     variants: str = field(default=",".join([*VARIANTS, *TABLE4]),
                           metadata={"help": f"comma list of {[*VARIANTS, 'tulip', *TABLE4]}"})
     base_checkpoint: str | None = field(default=None, metadata={
-        "help": "77-token CLIPModel directory or Hub id to adapt (also the teacher); None: train one from scratch "
-                "(same as --init_from_clip)"})
+        "help": "77-token CLIPModel directory or Hub id to adapt (also the teacher), or a OneLIP checkpoint (e.g. "
+                "converted TULIP weights: the OneLIP rows start from it, its own text encoder the teacher); None: "
+                "train one from scratch (same as --init_from_clip)"})
+    teacher_checkpoint: str | None = field(default=None, metadata={
+        "help": "with a OneLIP --base_checkpoint (e.g. converted TULIP weights): the 77-token CLIPModel whose frozen "
+                "text encoder is OneLIP's teacher (TULIP's own CLIP, e.g. openai/clip-vit-base-patch16)"})
     weight_switch_fraction: float = field(default=0.5, metadata={
         "help": "fraction of the adaptation's optimizer steps after which Eq. 10's weights switch (Sec. 4.1: "
                 "step 5000)"})
@@ -156,32 +174,46 @@ def optimizer_steps(loop_args: LoopArguments, num_samples: int, num_processes: i
     return math.ceil(loop_args.num_train_epochs * math.ceil(batches / loop_args.gradient_accumulation_steps))
 
 
+def is_onelip_checkpoint(path: str, trust_remote_code: bool = False) -> bool:
+    """Whether `path` holds a OneLIP checkpoint (e.g. converted TULIP weights, `hf-longclip convert tulip`) rather
+    than a CLIP."""
+    return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code).model_type == OneLIPConfig.model_type
+
+
 def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: int, switch_step: int,
-          bank: NegativeBank | None = None, output_dir: str = "", trust_remote_code: bool = False):
+          bank: NegativeBank | None = None, output_dir: str = "", trust_remote_code: bool = False,
+          onelip_base: bool = False):
     """(task, processor) of `variant`, adapted from the base CLIP at `base` (its own code runs only with
     `trust_remote_code`); Table 4's rows queue hard negatives from `bank`, their live queues under
-    `output_dir`/hard_negatives/."""
+    `output_dir`/hard_negatives/. With `onelip_base` (a OneLIP checkpoint, e.g. converted TULIP weights) the model
+    starts from its weights, T_g set to the variant's length, its RoPE scaling kept, and the teacher is the text
+    encoder of the CLIP `args.teacher_checkpoint`."""
     method, length = VARIANTS.get(variant, ("trim", 248))
     tokenizer, image_processor = parts
     set_seed(seed)  # identical initialisation of every new weight (TRIM-Refine's queries) for every variant
-    clip = load_clip(base, trust_remote_code)
-    if method == "clip":
-        model = HiMoCLIPModel.from_clip(clip, stretch_positions=length > BASE_LENGTH)
-        processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
-        return HiMoCLIPTask(model, ImageTextCollator(processor), molo_lambda=0.0), processor
-    model = OneLIPForPreTraining.from_clip(clip, max_length=length)
+    if onelip_base:
+        model = OneLIPForPreTraining.from_pretrained(base, dtype=torch.float32, trust_remote_code=trust_remote_code)
+        set_rope_scaling(model.onelip, model.config.text_config.rope_ntk_scaling, max_length=length)
+        teacher = load_clip(args.teacher_checkpoint, trust_remote_code)
+    else:
+        teacher = clip = load_clip(base, trust_remote_code)
+        if method == "clip":
+            model = HiMoCLIPModel.from_clip(clip, stretch_positions=length > BASE_LENGTH)
+            processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
+            return HiMoCLIPTask(model, ImageTextCollator(processor), molo_lambda=0.0), processor
+        model = OneLIPForPreTraining.from_clip(clip, max_length=length)
     processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
     options = dict(token_distillation=method, trim_top_k=args.trim_top_k, trim_rank=args.trim_rank,
                    trim_alpha=args.trim_alpha, weight_switch_step=switch_step)
     fraction, online = TABLE4.get(variant, (0.0, False))
     if not fraction:
-        return OneLIPTask(model, ImageTextCollator(processor), teacher=clip, **options), processor
+        return OneLIPTask(model, ImageTextCollator(processor), teacher=teacher, **options), processor
     queues = HardNegativeQueues(bank, Path(output_dir) / "hard_negatives" / variant,
                                 queue_size=max(1, round(fraction * args.hnm_queue_size)),
                                 update_steps=args.hnm_update_steps, beta=args.hnm_beta, theta=args.hnm_theta,
                                 delta=args.hnm_delta, online=online)
     collate = ImageTextCollator(processor, index_column="sample_index")
-    return OneLIPTask(model, collate, teacher=clip, hard_negatives=queues, **options), processor
+    return OneLIPTask(model, collate, teacher=teacher, hard_negatives=queues, **options), processor
 
 
 def train_tulip(accelerator, args: ScriptArguments, base: str, parts: tuple, dataset, loop_args: LoopArguments,
@@ -274,6 +306,14 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
     test, batch_size = dataset["test"], loop_args.per_device_eval_batch_size
     base = (script_args.base_checkpoint or backbone.init_from_clip
             or short_caption_base(accelerator, backbone, dataset, loop_args))
+    onelip_base = bool(script_args.base_checkpoint) and is_onelip_checkpoint(base, backbone.trust_remote_code)
+    if onelip_base and (refused := [v for v in variants if v not in VARIANTS or VARIANTS[v][0] == "clip"]):
+        raise SystemExit(f"--base_checkpoint {base} holds a OneLIP checkpoint: only the OneLIP rows "
+                         f"{[v for v, (method, _) in VARIANTS.items() if method != 'clip']} start from it, not "
+                         f"{refused} (they need a 77-token CLIPModel)")
+    if onelip_base and not script_args.teacher_checkpoint:
+        raise SystemExit(f"--base_checkpoint {base} holds a OneLIP checkpoint: name the CLIP whose text encoder is "
+                         f"OneLIP's teacher with --teacher_checkpoint (for TULIP weights, the CLIP TULIP started from)")
     parts = replace(backbone, init_from_clip=base).processor_parts(dataset, BASE_LENGTH)  # the base's own
     pairs = late_difference_pairs(test, parts[0], BASE_LENGTH)
 
@@ -281,7 +321,14 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
         return evaluate_text_lengths(model, processor, test, pairs, batch_size)
 
     results, histories = {}, {}
-    if accelerator.is_main_process:  # the base, evaluated as it is
+    base_row = ONELIP_BASE if onelip_base else BASE
+    if accelerator.is_main_process and onelip_base:  # the OneLIP base as it is, at its own length
+        with whole_model_init(accelerator):
+            model = OneLIPModel.from_pretrained(base, dtype=torch.float32, trust_remote_code=backbone.trust_remote_code)
+        processor = OneLIPProcessor(image_processor=parts[1], tokenizer=parts[0],
+                                    max_length=model.config.text_config.max_position_embeddings)
+        results[base_row] = evaluate(model.to(accelerator.device), processor)
+    elif accelerator.is_main_process:  # the base, evaluated as it is
         results[BASE] = evaluate_base(accelerator, base, parts, BASE_LENGTH, evaluate, backbone.trust_remote_code)
     # every variant adapted from the base in one stage
     total = optimizer_steps(loop_args, len(dataset["train"]), accelerator.num_processes)
@@ -289,7 +336,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
     if chosen := [variant for variant in variants if variant in VARIANTS]:
         adapted, adapted_histories = train_variants(
             accelerator, chosen, lambda variant: build(script_args, base, parts, variant, loop_args.seed, switch_step,
-                                  trust_remote_code=backbone.trust_remote_code),
+                                  trust_remote_code=backbone.trust_remote_code, onelip_base=onelip_base),
             evaluate, dataset, loop_args, lora_args, run_args=run_args,
         )
         results.update(adapted)
@@ -307,7 +354,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
     if accelerator.is_main_process:
         plot_figure_3(results, Path(loop_args.output_dir) / "recall_by_length.png")
         print(f"\nhard pairs: {len(pairs)} of the {len(test) // 2} test pairs differ only after token {BASE_LENGTH}; "
-              f"short captions: {results[BASE]['num_short_texts']} distinct first sentences")
+              f"short captions: {results[base_row]['num_short_texts']} distinct first sentences")
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
             card=CARD, hub_args=hub_args, run_args=run_args,
             base_model=script_args.base_checkpoint or backbone.init_from_clip, push_variants=variants,

@@ -4,12 +4,14 @@ text projection of stage 2, and examples/train_onelip.py's `tulip` variant under
 either stage and resumed to the weights of an uninterrupted run."""
 
 import json
+import subprocess
 
 import pytest
 import torch
 from conftest import CAPTIONS, kill_when_written, random_images, tiny_clip, tiny_onelip_processor
 from helpers.launch import accelerate_launch, run, script_env, weights
 from torch.nn import MSELoss
+from transformers import CLIPConfig, CLIPModel
 
 from hf_longclip import OneLIPModel
 from hf_longclip.data.collate import ImageTextCollator
@@ -134,3 +136,67 @@ def test_tulip_variant_resumes_in_either_stage(killed_in, datasets_cache, tmp_pa
         expected, actual = weights(uninterrupted / stage), weights(interrupted / stage)
         for name in expected:
             torch.testing.assert_close(actual[name], expected[name], atol=1e-6, rtol=0, msg=name)
+
+
+def tulip_release_state(seed: int = 0, width: int = 64, embed: int = 32) -> dict[str, torch.Tensor]:
+    """Random weights in the layout of TULIP's released checkpoints (open_clip's CLIP after stage 2, one block per
+    tower, OpenAI's 49,408-token vocabulary), tiny: what `hf-longclip convert tulip` reads."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def block(prefix):
+        return {f"{prefix}ln_1.weight": torch.ones(width), f"{prefix}ln_1.bias": torch.zeros(width),
+                f"{prefix}ln_2.weight": torch.ones(width), f"{prefix}ln_2.bias": torch.zeros(width),
+                f"{prefix}attn.in_proj_weight": (3 * width, width), f"{prefix}attn.in_proj_bias": (3 * width,),
+                f"{prefix}attn.out_proj.weight": (width, width), f"{prefix}attn.out_proj.bias": (width,),
+                f"{prefix}mlp.c_fc.weight": (4 * width, width), f"{prefix}mlp.c_fc.bias": (4 * width,),
+                f"{prefix}mlp.c_proj.weight": (width, 4 * width), f"{prefix}mlp.c_proj.bias": (width,)}
+
+    layout = {"visual.conv1.weight": (width, 3, 16, 16), "visual.class_embedding": (width,),
+              "visual.positional_embedding": (5, width), "visual.ln_pre.weight": torch.ones(width),
+              "visual.ln_pre.bias": torch.zeros(width), **block("visual.transformer.resblocks.0."),
+              "visual.ln_post.weight": torch.ones(width), "visual.ln_post.bias": torch.zeros(width),
+              "visual.proj": (width, embed), "token_embedding.weight": (49408, width),
+              "positional_embedding": (77, width), **block("transformer.resblocks.0."),
+              "ln_final.weight": torch.ones(width), "ln_final.bias": torch.zeros(width),
+              "text_projection": (width, embed), "logit_scale": torch.tensor(4.6052)}
+    return {name: value if isinstance(value, torch.Tensor) else 0.05 * torch.randn(value, generator=generator)
+            for name, value in layout.items()}
+
+
+@pytest.mark.slow  # a launch of examples/train_onelip.py
+def test_converted_tulip_weights_start_onelip_training(datasets_cache, tmp_path):
+    """`hf-longclip convert tulip` output as `--base_checkpoint`: the OneLIP rows start from TULIP's weights (row
+    `base` is the converted model as it is) with the CLIP of `--teacher_checkpoint` as teacher; the CLIP rows are
+    refused by name."""
+    from helpers.conversion import open_clip_bpe_file
+
+    from hf_longclip.cli import main
+
+    torch.save({"epoch": 1, "state_dict": {f"module.{k}": v for k, v in tulip_release_state().items()}},
+               tmp_path / "epoch_1.pt")
+    converted = tmp_path / "tulip-converted"
+    main(["convert", "tulip", str(tmp_path / "epoch_1.pt"), str(converted), "--bpe-file", str(open_clip_bpe_file())])
+    start = OneLIPModel.from_pretrained(converted)
+    width = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=1, num_attention_heads=1)
+    teacher = CLIPModel(CLIPConfig(text_config=dict(width, vocab_size=49408, bos_token_id=49406, eos_token_id=49407),
+                                   vision_config=dict(width, image_size=32, patch_size=16), projection_dim=32))
+    teacher.save_pretrained(tmp_path / "teacher")  # TULIP's CLIP (its width; random weights)
+    common = ["--num_train", "64", "--num_test", "24", "--image_size", "32", "--logging_steps", "1",
+              "--warmup_steps", "1", "--per_device_eval_batch_size", "32", "--max_steps", "2",
+              "--per_device_train_batch_size", "8", "--trim_top_k", "40", "--base_checkpoint", str(converted),
+              "--teacher_checkpoint", str(tmp_path / "teacher")]
+    output = tmp_path / "out"
+    run(accelerate_launch("train_onelip.py", output, ["--num_processes", "1"], *common, "--variants", "onelip"),
+        script_env(datasets_cache), tmp_path)
+    results = json.loads((output / "results.json").read_text())
+    assert set(results["results"]) == {"base", "onelip"} and len(results["training"]["onelip"]) == 2
+    trained = OneLIPModel.from_pretrained(output / "onelip")
+    assert trained.config.text_config.max_position_embeddings == 248
+    assert not trained.config.text_config.rope_ntk_scaling  # TULIP's converted setting, kept
+    moved = {name: (trained.state_dict()[name] - tensor).abs().max().item()
+             for name, tensor in start.state_dict().items()}
+    assert 0 < moved["text_model.encoder.layers.0.self_attn.q_proj.weight"] < 0.05  # trained from TULIP's weights
+    refused = subprocess.run(accelerate_launch("train_onelip.py", tmp_path / "refused", ["--num_processes", "1"],
+                                               *common, "--variants", "clip-248"),
+                             env=script_env(datasets_cache), cwd=tmp_path, capture_output=True, text=True)
+    assert refused.returncode != 0 and "holds a OneLIP checkpoint" in refused.stderr

@@ -53,11 +53,13 @@ def distillation_loss(teacher_embeds: torch.Tensor, student_embeds: torch.Tensor
     return 1 - F.cosine_similarity(teacher, student, dim=-1).mean()
 
 
-def set_rope_scaling(model: OneLIPModel, ntk_scaling: bool) -> OneLIPModel:
-    """Switch the text encoder's rotary frequencies between plain RoPE and NTK scaling (in its configuration and in
-    its frequency buffer, which every checkpoint then records)."""
-    model.config.text_config.rope_ntk_scaling = ntk_scaling
-    model.text_model.config.rope_ntk_scaling = ntk_scaling
+def set_rope_scaling(model: OneLIPModel, ntk_scaling: bool, max_length: int | None = None) -> OneLIPModel:
+    """Switch the text encoder's rotary frequencies between plain RoPE and NTK scaling, and optionally its longest
+    text T_g (`max_length`), in its configuration and in its frequency buffer (which every checkpoint records)."""
+    for config in (model.config.text_config, model.text_model.config):
+        config.rope_ntk_scaling = ntk_scaling
+        if max_length is not None:
+            config.max_position_embeddings = max_length
     rotary = model.text_model.rotary
     with torch.no_grad():
         rotary.inv_freq.copy_(inverse_frequencies(model.config.text_config).to(rotary.inv_freq))
