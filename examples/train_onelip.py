@@ -4,8 +4,8 @@ Table 4 and its Fig. 3 on the synthetic scenes.
     accelerate launch examples/train_onelip.py                                      # CPU, minutes, from its own base
     accelerate launch examples/train_onelip.py --seeds 0,1,2                        # mean +- std over 3 seeds
     accelerate launch examples/train_onelip.py --base_checkpoint openai/clip-vit-base-patch16 --variants onelip
-    accelerate launch examples/train_onelip.py --base_checkpoint converted-tulip \
-        --teacher_checkpoint openai/clip-vit-base-patch16 --variants onelip               # from TULIP's weights
+    accelerate launch examples/train_onelip.py --base_checkpoint tulip-vit-l-14 \
+        --teacher_checkpoint openai/clip-vit-large-patch14 --variants onelip              # from TULIP's weights
 
 First the base: a 77-token CLIP (`--base_checkpoint`: a CLIPModel directory or Hub id, ours or transformers'; or a
 OneLIP checkpoint such as converted TULIP weights, which the OneLIP rows then start from, row `base`, with the CLIP
@@ -132,7 +132,7 @@ class ScriptArguments:
                 "train one from scratch (same as --init_from_clip)"})
     teacher_checkpoint: str | None = field(default=None, metadata={
         "help": "with a OneLIP --base_checkpoint (e.g. converted TULIP weights): the 77-token CLIPModel whose frozen "
-                "text encoder is OneLIP's teacher (TULIP's own CLIP, e.g. openai/clip-vit-base-patch16)"})
+                "text encoder is OneLIP's teacher (TULIP's own CLIP, e.g. openai/clip-vit-large-patch14)"})
     weight_switch_fraction: float = field(default=0.5, metadata={
         "help": "fraction of the adaptation's optimizer steps after which Eq. 10's weights switch (Sec. 4.1: "
                 "step 5000)"})
