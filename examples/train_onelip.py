@@ -4,8 +4,12 @@ Table 4 and its Fig. 3 on the synthetic scenes.
     accelerate launch examples/train_onelip.py                                      # CPU, minutes, from its own base
     accelerate launch examples/train_onelip.py --seeds 0,1,2                        # mean +- std over 3 seeds
     accelerate launch examples/train_onelip.py --base_checkpoint openai/clip-vit-base-patch16 --variants onelip
+    accelerate launch examples/train_onelip.py --base_checkpoint tulip-vit-l-14 \
+        --teacher_checkpoint openai/clip-vit-large-patch14 --variants onelip              # from TULIP's weights
 
-First the base: a 77-token CLIP (`--base_checkpoint`: a CLIPModel directory or Hub id, ours or transformers'),
+First the base: a 77-token CLIP (`--base_checkpoint`: a CLIPModel directory or Hub id, ours or transformers'; or a
+OneLIP checkpoint such as converted TULIP weights, which the OneLIP rows then start from, row `base`, with the CLIP
+of `--teacher_checkpoint` as teacher),
 or, without one, a short-caption CLIP-77 built by the recipe of train_himo.py's base but 64 wide (train_himo.py's is
 128 wide, so the two scripts cache two bases): pretrained from scratch on the training scenes' first sentences for
 `--base_steps` with global InfoNCE, built once and cached under `--base_cache_dir` (row `clip-77`, evaluated as it
@@ -16,6 +20,11 @@ each variant starts from that base and is trained identically (same data order, 
   onelip         OneLIP: RoPE/NTK encoder, L_coarse + TRIM token-wise distillation + contrastive (Eq. 10)
   clip-77-ft, clip-128, onelip-77, onelip-128: the same at other maximum training lengths, for Fig. 3 (the CLIP
                  rows keep 77 positions at 77 and use the stretched 248-position table truncated at 128)
+Then, with `--variants tulip`, TULIP's two-stage pipeline (`hf_longclip.models.onelip.tulip`) from the same base in
+as many optimizer steps as each one-stage row: `tulip-distill` (stage 1: the RoPE text encoder distilled from the
+frozen base's text embeddings of the captions cut at 77 tokens, `--tulip_distill_steps`, loss
+`--tulip_distill_loss`), then `tulip` (stage 2: contrastive fine-tuning of both towers on the long captions, NTK-scaled
+RoPE) for the remaining steps; each stage is its own run (logged, checkpointed, resumed, evaluated).
 Then Table 4's hard-negative rows, each trained for `--table4_epochs` passes over the first `--table4_train`
 training scenes (PO-HNM's refresh needs samples to come back), again from the same base and identically:
   table4-trim        OneLIP (TRIM), no hard negatives
@@ -38,10 +47,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+import torch
 from accelerate.utils import set_seed
 from datasets import DatasetDict
+from transformers import AutoConfig
 
-from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor, OneLIPModel, OneLIPProcessor
+from hf_longclip import (
+    HiMoCLIPModel,
+    HiMoCLIPProcessor,
+    OneLIPConfig,
+    OneLIPForPreTraining,
+    OneLIPModel,
+    OneLIPProcessor,
+)
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.models.himo_clip.base_clip import evaluate_base, load_clip, short_caption_base
@@ -49,6 +67,14 @@ from hf_longclip.models.onelip.card import CARD
 from hf_longclip.models.onelip.evaluation import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
 from hf_longclip.models.onelip.plots import loss_notes, plot_recall_by_length
+from hf_longclip.models.onelip.tulip import (
+    DISTILLATION_LOSSES,
+    TULIPDistillationTask,
+    distillation_student,
+    finetuning_model,
+    set_rope_scaling,
+)
+from hf_longclip.objectives.clip import ClipLoss
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import whole_model_init
 from hf_longclip.models.onelip.negative_bank import (
@@ -66,8 +92,10 @@ from hf_longclip.training.recipe import (
 )
 from hf_longclip.models.himo_clip.task import HiMoCLIPTask
 from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip.training.task import ContrastiveTask
 
 BASE = "clip-77"
+ONELIP_BASE = "base"  # the row of a OneLIP --base_checkpoint (e.g. converted TULIP weights), evaluated as it is
 BASE_LENGTH = 77
 VARIANTS = {  # name: (method, maximum training length); "clip": Long-CLIP stretching + global InfoNCE
     "clip-248": ("clip", 248),
@@ -78,6 +106,9 @@ VARIANTS = {  # name: (method, maximum training length); "clip": Long-CLIP stret
     "onelip-77": ("trim", 77),
     "onelip-128": ("trim", 128),
 }
+TULIP_STAGES = ("tulip-distill", "tulip")  # `--variants tulip` trains both, in this order
+# Long-CLIP's recipe (its short-caption term against the image features' principal components) joins as a row of its
+# own here, built on the Long-CLIP objective of `hf_longclip.objectives`, when that objective exists.
 TABLE4 = {  # Table 4's rows: name -> (queue size as a fraction of --hnm_queue_size M, refreshed online)
     "table4-trim": (0.0, False),
     "table4-hnm": (1.0, False),
@@ -94,16 +125,25 @@ BACKBONE_DEFAULTS = dict(hidden_size=64)
 @dataclass
 class ScriptArguments:
     variants: str = field(default=",".join([*VARIANTS, *TABLE4]),
-                          metadata={"help": f"comma list of {[*VARIANTS, *TABLE4]}"})
+                          metadata={"help": f"comma list of {[*VARIANTS, 'tulip', *TABLE4]}"})
     base_checkpoint: str | None = field(default=None, metadata={
-        "help": "77-token CLIPModel directory or Hub id to adapt (also the teacher); None: train one from scratch "
-                "(same as --init_from_clip)"})
+        "help": "77-token CLIPModel directory or Hub id to adapt (also the teacher), or a OneLIP checkpoint (e.g. "
+                "converted TULIP weights: the OneLIP rows start from it, its own text encoder the teacher); None: "
+                "train one from scratch (same as --init_from_clip)"})
+    teacher_checkpoint: str | None = field(default=None, metadata={
+        "help": "with a OneLIP --base_checkpoint (e.g. converted TULIP weights): the 77-token CLIPModel whose frozen "
+                "text encoder is OneLIP's teacher (TULIP's own CLIP, e.g. openai/clip-vit-large-patch14)"})
     weight_switch_fraction: float = field(default=0.5, metadata={
         "help": "fraction of the adaptation's optimizer steps after which Eq. 10's weights switch (Sec. 4.1: "
                 "step 5000)"})
     trim_top_k: int = field(default=100, metadata={"help": "K of TRIM-Select (Eq. 5)"})
     trim_rank: int = field(default=8, metadata={"help": "r of TRIM-Select's structural importance (Eq. 4)"})
     trim_alpha: float = field(default=0.5, metadata={"help": "alpha of S(i) (Eq. 5)"})
+    tulip_distill_steps: int = field(default=-1, metadata={
+        "help": "the tulip variant's stage-1 (distillation) optimizer steps; stage 2 takes the rest of the steps "
+                "every one-stage row trains for (-1: half of them)"})
+    tulip_distill_loss: str = field(default="cosine", metadata={
+        "help": f"the tulip variant's distillation loss, one of {DISTILLATION_LOSSES} (TULIP's run script: cosine)"})
     hnm_queue_size: int = field(default=16, metadata={
         "help": "M, hard negatives queued per sample (Sec. 4.1: 1024 of 1.2M captions)"})
     hnm_update_steps: int = field(default=8, metadata={
@@ -122,6 +162,8 @@ class ScriptArguments:
     def __post_init__(self):
         if not 0.0 <= self.weight_switch_fraction <= 1.0:
             raise ValueError(f"weight_switch_fraction must be in [0, 1], got {self.weight_switch_fraction}")
+        if self.tulip_distill_loss not in DISTILLATION_LOSSES:
+            raise ValueError(f"tulip_distill_loss must be one of {DISTILLATION_LOSSES}, got {self.tulip_distill_loss!r}")
 
 
 def optimizer_steps(loop_args: LoopArguments, num_samples: int, num_processes: int) -> int:
@@ -132,32 +174,83 @@ def optimizer_steps(loop_args: LoopArguments, num_samples: int, num_processes: i
     return math.ceil(loop_args.num_train_epochs * math.ceil(batches / loop_args.gradient_accumulation_steps))
 
 
+def is_onelip_checkpoint(path: str, trust_remote_code: bool = False) -> bool:
+    """Whether `path` holds a OneLIP checkpoint (e.g. converted TULIP weights, `hf-longclip convert tulip`) rather
+    than a CLIP."""
+    return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code).model_type == OneLIPConfig.model_type
+
+
 def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: int, switch_step: int,
-          bank: NegativeBank | None = None, output_dir: str = "", trust_remote_code: bool = False):
+          bank: NegativeBank | None = None, output_dir: str = "", trust_remote_code: bool = False,
+          onelip_base: bool = False):
     """(task, processor) of `variant`, adapted from the base CLIP at `base` (its own code runs only with
     `trust_remote_code`); Table 4's rows queue hard negatives from `bank`, their live queues under
-    `output_dir`/hard_negatives/."""
+    `output_dir`/hard_negatives/. With `onelip_base` (a OneLIP checkpoint, e.g. converted TULIP weights) the model
+    starts from its weights, T_g set to the variant's length, its RoPE scaling kept, and the teacher is the text
+    encoder of the CLIP `args.teacher_checkpoint`."""
     method, length = VARIANTS.get(variant, ("trim", 248))
     tokenizer, image_processor = parts
     set_seed(seed)  # identical initialisation of every new weight (TRIM-Refine's queries) for every variant
-    clip = load_clip(base, trust_remote_code)
-    if method == "clip":
-        model = HiMoCLIPModel.from_clip(clip, stretch_positions=length > BASE_LENGTH)
-        processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
-        return HiMoCLIPTask(model, ImageTextCollator(processor), molo_lambda=0.0), processor
-    model = OneLIPModel.from_clip(clip, max_length=length)
+    if onelip_base:
+        model = OneLIPForPreTraining.from_pretrained(base, dtype=torch.float32, trust_remote_code=trust_remote_code)
+        set_rope_scaling(model.onelip, model.config.text_config.rope_ntk_scaling, max_length=length)
+        teacher = load_clip(args.teacher_checkpoint, trust_remote_code)
+    else:
+        teacher = clip = load_clip(base, trust_remote_code)
+        if method == "clip":
+            model = HiMoCLIPModel.from_clip(clip, stretch_positions=length > BASE_LENGTH)
+            processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
+            return HiMoCLIPTask(model, ImageTextCollator(processor), molo_lambda=0.0), processor
+        model = OneLIPForPreTraining.from_clip(clip, max_length=length)
     processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
     options = dict(token_distillation=method, trim_top_k=args.trim_top_k, trim_rank=args.trim_rank,
                    trim_alpha=args.trim_alpha, weight_switch_step=switch_step)
     fraction, online = TABLE4.get(variant, (0.0, False))
     if not fraction:
-        return OneLIPTask(model, ImageTextCollator(processor), teacher=clip, **options), processor
+        return OneLIPTask(model, ImageTextCollator(processor), teacher=teacher, **options), processor
     queues = HardNegativeQueues(bank, Path(output_dir) / "hard_negatives" / variant,
                                 queue_size=max(1, round(fraction * args.hnm_queue_size)),
                                 update_steps=args.hnm_update_steps, beta=args.hnm_beta, theta=args.hnm_theta,
                                 delta=args.hnm_delta, online=online)
     collate = ImageTextCollator(processor, index_column="sample_index")
-    return OneLIPTask(model, collate, teacher=clip, hard_negatives=queues, **options), processor
+    return OneLIPTask(model, collate, teacher=teacher, hard_negatives=queues, **options), processor
+
+
+def train_tulip(accelerator, args: ScriptArguments, base: str, parts: tuple, dataset, loop_args: LoopArguments,
+                lora_args, evaluate, run_args: dict, total_steps: int,
+                trust_remote_code: bool = False) -> tuple[dict, dict]:
+    """TULIP's two stages in `total_steps` optimizer steps, as many as each one-stage row: `tulip-distill` for
+    `args.tulip_distill_steps` (half by default), then `tulip`, built from `tulip-distill`'s saved checkpoint, for the
+    rest. Each stage is a run of its own, so each is logged, checkpointed and resumed as any variant is (a resumed
+    run skips a finished stage 1)."""
+    distill_steps = args.tulip_distill_steps if args.tulip_distill_steps >= 0 else total_steps // 2
+    if not 0 < distill_steps < total_steps:
+        raise SystemExit(f"--tulip_distill_steps must leave both stages at least one of the {total_steps} optimizer "
+                         f"steps, got {distill_steps}")
+    tokenizer, image_processor = parts
+    length = VARIANTS["onelip"][1]
+    processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
+    distilled_dir = Path(loop_args.output_dir) / TULIP_STAGES[0]
+
+    def build_stage(stage: str):
+        set_seed(loop_args.seed)
+        clip = load_clip(base, trust_remote_code)
+        if stage == TULIP_STAGES[0]:  # captions cut at the teacher's 77 tokens
+            teacher_processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                                max_length=BASE_LENGTH)
+            return TULIPDistillationTask(distillation_student(clip, length), ImageTextCollator(teacher_processor),
+                                         teacher=clip, loss_type=args.tulip_distill_loss), processor
+        distilled = OneLIPModel.from_pretrained(distilled_dir, dtype=torch.float32)
+        return ContrastiveTask(finetuning_model(distilled, clip), ImageTextCollator(processor), ClipLoss()), processor
+
+    results, histories = {}, {}
+    for stage, steps in zip(TULIP_STAGES, (distill_steps, total_steps - distill_steps)):
+        stage_results, stage_histories = train_variants(
+            accelerator, [stage], build_stage, evaluate, dataset, replace(loop_args, max_steps=steps), lora_args,
+            run_args=run_args)
+        results.update(stage_results)
+        histories.update(stage_histories)
+    return results, histories
 
 
 def train_table4(accelerator, args: ScriptArguments, variants: list[str], base: str, parts: tuple, dataset,
@@ -209,10 +302,18 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
         accelerator, run_args: dict, dataset, bank_root: Path) -> dict[str, dict]:
     """One seed's run: the base (given, or the cached short-caption one), every variant adapted from it, Table 4's
     rows, Fig. 3, results."""
-    variants = parse_variants(script_args.variants, [*VARIANTS, *TABLE4])
+    variants = parse_variants(script_args.variants, [*VARIANTS, "tulip", *TABLE4])
     test, batch_size = dataset["test"], loop_args.per_device_eval_batch_size
     base = (script_args.base_checkpoint or backbone.init_from_clip
             or short_caption_base(accelerator, backbone, dataset, loop_args))
+    onelip_base = bool(script_args.base_checkpoint) and is_onelip_checkpoint(base, backbone.trust_remote_code)
+    if onelip_base and (refused := [v for v in variants if v not in VARIANTS or VARIANTS[v][0] == "clip"]):
+        raise SystemExit(f"--base_checkpoint {base} holds a OneLIP checkpoint: only the OneLIP rows "
+                         f"{[v for v, (method, _) in VARIANTS.items() if method != 'clip']} start from it, not "
+                         f"{refused} (they need a 77-token CLIPModel)")
+    if onelip_base and not script_args.teacher_checkpoint:
+        raise SystemExit(f"--base_checkpoint {base} holds a OneLIP checkpoint: name the CLIP whose text encoder is "
+                         f"OneLIP's teacher with --teacher_checkpoint (for TULIP weights, the CLIP TULIP started from)")
     parts = replace(backbone, init_from_clip=base).processor_parts(dataset, BASE_LENGTH)  # the base's own
     pairs = late_difference_pairs(test, parts[0], BASE_LENGTH)
 
@@ -220,7 +321,14 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
         return evaluate_text_lengths(model, processor, test, pairs, batch_size)
 
     results, histories = {}, {}
-    if accelerator.is_main_process:  # the base, evaluated as it is
+    base_row = ONELIP_BASE if onelip_base else BASE
+    if accelerator.is_main_process and onelip_base:  # the OneLIP base as it is, at its own length
+        with whole_model_init(accelerator):
+            model = OneLIPModel.from_pretrained(base, dtype=torch.float32, trust_remote_code=backbone.trust_remote_code)
+        processor = OneLIPProcessor(image_processor=parts[1], tokenizer=parts[0],
+                                    max_length=model.config.text_config.max_position_embeddings)
+        results[base_row] = evaluate(model.to(accelerator.device), processor)
+    elif accelerator.is_main_process:  # the base, evaluated as it is
         results[BASE] = evaluate_base(accelerator, base, parts, BASE_LENGTH, evaluate, backbone.trust_remote_code)
     # every variant adapted from the base in one stage
     total = optimizer_steps(loop_args, len(dataset["train"]), accelerator.num_processes)
@@ -228,9 +336,14 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
     if chosen := [variant for variant in variants if variant in VARIANTS]:
         adapted, adapted_histories = train_variants(
             accelerator, chosen, lambda variant: build(script_args, base, parts, variant, loop_args.seed, switch_step,
-                                  trust_remote_code=backbone.trust_remote_code),
+                                  trust_remote_code=backbone.trust_remote_code, onelip_base=onelip_base),
             evaluate, dataset, loop_args, lora_args, run_args=run_args,
         )
+        results.update(adapted)
+        histories.update(adapted_histories)
+    if "tulip" in variants:
+        adapted, adapted_histories = train_tulip(accelerator, script_args, base, parts, dataset, loop_args, lora_args,
+                                                 evaluate, run_args, total, backbone.trust_remote_code)
         results.update(adapted)
         histories.update(adapted_histories)
     if chosen := [variant for variant in variants if variant in TABLE4]:
@@ -241,7 +354,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
     if accelerator.is_main_process:
         plot_figure_3(results, Path(loop_args.output_dir) / "recall_by_length.png")
         print(f"\nhard pairs: {len(pairs)} of the {len(test) // 2} test pairs differ only after token {BASE_LENGTH}; "
-              f"short captions: {results[BASE]['num_short_texts']} distinct first sentences")
+              f"short captions: {results[base_row]['num_short_texts']} distinct first sentences")
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
             card=CARD, hub_args=hub_args, run_args=run_args,
             base_model=script_args.base_checkpoint or backbone.init_from_clip, push_variants=variants,
@@ -252,7 +365,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
 def main() -> None:
     script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
         "train_onelip", ScriptArguments, {**LOOP_DEFAULTS, **BACKBONE_DEFAULTS})
-    parse_variants(script_args.variants, [*VARIANTS, *TABLE4])  # fail before any work
+    parse_variants(script_args.variants, [*VARIANTS, "tulip", *TABLE4])  # fail before any work
     with accelerator.main_process_first():
         dataset = load_synthetic_scenes(seed=script_args.dataset_seed, num_train=script_args.num_train,
                                         num_test=script_args.num_test, image_size=backbone.image_size)

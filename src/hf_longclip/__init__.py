@@ -9,7 +9,7 @@ from .models.cast import CASTForImageClassification, CASTImageProcessor, CASTVis
 from .models.ditm import DITMConfig, DITMModel, DITMProcessor
 from .models.fcast import FCASTConfig, FCASTModel, FCASTProcessor
 from .models.himo_clip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
-from .models.onelip import OneLIPConfig, OneLIPModel, OneLIPProcessor
+from .models.onelip import OneLIPConfig, OneLIPForPreTraining, OneLIPModel, OneLIPProcessor
 
 __version__ = "0.1.0"
 
@@ -50,6 +50,7 @@ __all__ = [
     "HiMoCLIPModel",
     "HiMoCLIPProcessor",
     "OneLIPConfig",
+    "OneLIPForPreTraining",
     "OneLIPModel",
     "OneLIPProcessor",
     "__version__",

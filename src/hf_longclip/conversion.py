@@ -301,20 +301,17 @@ def check_consumed(state: dict[str, torch.Tensor], format_name: str) -> None:
                          f"{sorted(state)[:10]}{' ...' if len(state) > 10 else ''}")
 
 
-def load_converted(model_class, config, state: dict, initialised: tuple[str, ...] = ()):
+def load_converted(model_class, config, state: dict):
     """`model_class(config)` in eval mode holding exactly `state` (every weight, nothing left out), without random
-    init; the modules under the prefixes `initialised` are not in the checkpoint (training-only parts) and keep
-    the model's initialisation instead."""
-    from contextlib import nullcontext
-
+    init."""
     from transformers import initialization as init
 
-    with nullcontext() if initialised else init.no_init_weights():
+    with init.no_init_weights():
         model = model_class(config)
     if "logit_scale" in state:
         state = {**state, "logit_scale": state["logit_scale"].reshape(model.logit_scale.shape)}
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [name for name in missing if not name.endswith("position_ids") and not name.startswith(initialised)]
+    missing = [name for name in missing if not name.endswith("position_ids")]
     if missing or unexpected:
         raise ValueError(f"converted weights do not fit {model_class.__name__}: missing {missing}, "
                          f"unexpected {unexpected}")

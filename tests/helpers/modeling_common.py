@@ -253,7 +253,8 @@ class DualEncoderModelTester:
         model.zero_grad()
         batch = {"input_ids": input_ids, "attention_mask": attention_mask, "pixel_values": pixel_values,
                  **self.parent.task_inputs(input_ids.shape[0])}
-        terms = self.parent.make_task(model).compute_loss(model, batch)
+        task = self.parent.make_task(model)  # its model: `model`, or a pre-training model around it (OneLIP)
+        terms = task.compute_loss(task.model, batch)
         self.parent.assertEqual(set(terms), set(self.parent.loss_terms))
         loss = sum(terms.values())
         self.parent.assertEqual(loss.shape, ())

@@ -1,9 +1,21 @@
-"""OneLIP's PO-HNM builders (unit rows, a hand-made negative bank), shared by tests/models/onelip/ and the
-gradient-cache tests."""
+"""OneLIP's objective as its task runs it, and PO-HNM builders (unit rows, a hand-made negative bank), shared by
+tests/models/onelip/ and the gradient-cache tests."""
 
 import numpy as np
 
+from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
 from hf_longclip.models.onelip.negative_bank import NegativeBank
+from hf_longclip.models.onelip.objective import OneLIPLoss
+
+
+def run_objective(objective: OneLIPLoss, inputs: dict, refine: TRIMRefine, **kwargs) -> dict:
+    """Eq. 10 as `OneLIPTask` computes it from `inputs` (the objective's, with `token_embeds`, the projected token
+    states, instead of `refined_states`): TRIM-Select with the objective's options and TRIM-Refine (what
+    `OneLIPForPreTraining.forward` runs), then the objective on Z_agg."""
+    inputs = dict(inputs)
+    token_embeds = inputs.pop("token_embeds")
+    selected = objective.select_tokens(inputs["text_states"], token_embeds, inputs["image_embeds"], inputs["valid"])
+    return objective(**inputs, refined_states=refine(*selected), **kwargs)
 
 
 def unit(rows: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ from helpers.fcast import tiny_processor as fcast_processor
 from helpers.launch import CONFIGS, needs_deepspeed, run, script_env
 from helpers.onelip import handmade_bank, unit
 
-from hf_longclip import CASTImageProcessor, HiMoCLIPConfig, HiMoCLIPModel, OneLIPModel, OneLIPProcessor
+from hf_longclip import CASTImageProcessor, HiMoCLIPConfig, HiMoCLIPModel, OneLIPForPreTraining, OneLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.models.cast.task import ClassificationTask, ImageClassificationCollator
 from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator
@@ -81,7 +81,7 @@ def _onelip(directory: Path):
     bank = handmade_bank(directory / "bank", unit(rng.normal(size=(4 * BATCH, 16))).astype(np.float16),
                          unit(rng.normal(size=(2 * BATCH, 16))).astype(np.float16), per_sample=2)
     queues = HardNegativeQueues(bank, directory / "queues", queue_size=4, update_steps=1)
-    task = OneLIPTask(OneLIPModel.from_clip(clip), ImageTextCollator(processor, index_column="index"), teacher=clip,
+    task = OneLIPTask(OneLIPForPreTraining.from_clip(clip), ImageTextCollator(processor, index_column="index"), teacher=clip,
                       hard_negatives=queues, trim_top_k=20)
     task.step = 1  # the queues were filled at step 0: each is refreshed with this step's embeddings
     rows = [{"image": image, "caption": f"{CAPTIONS[i % 4]} {CAPTIONS[(i + 1) % 4]} number {i}.", "index": i}

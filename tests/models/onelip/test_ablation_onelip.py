@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
+from helpers.onelip import run_objective
 
-from hf_longclip import OneLIPModel
+from hf_longclip import OneLIPForPreTraining
 from hf_longclip.metrics.retrieval import pair_recall_at_1, recall_at_1_by_text
 from hf_longclip.models.onelip.evaluation import late_difference_pairs
 from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
@@ -43,22 +44,22 @@ def test_pooled_ablation_replaces_trim_by_mean_pooled_distillation():
                   text_states=states, token_embeds=torch.randn(2, 6, 5), valid=valid, teacher_states=teacher)
     refine = TRIMRefine(3, 4)
     torch.nn.init.normal_(refine.queries)
-    pooled = OneLIPLoss(top_k=2, distillation="pooled")(**inputs, refine=refine)
-    trim = OneLIPLoss(top_k=2)(**inputs, refine=refine)
+    pooled = run_objective(OneLIPLoss(top_k=2, distillation="pooled"), inputs, refine)
+    trim = run_objective(OneLIPLoss(top_k=2), inputs, refine)
     torch.testing.assert_close(pooled["token_loss"], 0.1 * by_hand)
     for term in ("coarse_loss", "contrastive_loss"):
         torch.testing.assert_close(pooled[term], trim[term])
     with pytest.raises(ValueError, match="distillation"):
         OneLIPLoss(distillation="mean")
     with pytest.raises(ValueError, match="token_distillation"):
-        OneLIPTask(OneLIPModel.from_clip(tiny_clip()), None, teacher=tiny_clip(), token_distillation="mean")
+        OneLIPTask(OneLIPForPreTraining.from_clip(tiny_clip()), None, teacher=tiny_clip(), token_distillation="mean")
 
 
 def test_pooled_task_freezes_the_unused_trim_queries_and_trains():
     from hf_longclip.data.collate import ImageTextCollator
 
     clip = tiny_clip()
-    model = OneLIPModel.from_clip(clip)
+    model = OneLIPForPreTraining.from_clip(clip)
     assert model.trim_refine.queries.requires_grad  # the model alone: TRIM's task trains them
     task = OneLIPTask(model, ImageTextCollator(tiny_onelip_processor()), teacher=clip, token_distillation="pooled")
     assert not model.trim_refine.queries.requires_grad and task.options()["token_distillation"] == "pooled"
@@ -66,7 +67,7 @@ def test_pooled_task_freezes_the_unused_trim_queries_and_trains():
                              for image, caption in zip(random_images(4), CAPTIONS)])
     sum(task.compute_loss(model, batch).values()).backward()
     assert model.trim_refine.queries.grad is None
-    assert model.text_model.encoder.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
+    assert model.onelip.text_model.encoder.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
 
 
 def test_pair_recall_counts_ties_half_and_the_twins_own_scores():

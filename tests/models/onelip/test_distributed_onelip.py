@@ -1,5 +1,7 @@
-"""OneLIP over 2 gloo processes (DDP) gives the loss and gradients of one process on the concatenated batch: the
-contrastive term (Eq. 1) sees the gathered batch, and the per-text terms (Eq. 3, 7) average over processes."""
+"""OneLIP over 2 gloo processes (DDP, without `find_unused_parameters`: every trained weight, TRIM-Refine's queries
+included, takes part in the forward of `OneLIPForPreTraining`) gives the loss and gradients of one process on the
+concatenated batch: the contrastive term (Eq. 1) sees the gathered batch, and the per-text terms (Eq. 3, 7) average
+over processes."""
 
 import sys
 
@@ -9,7 +11,7 @@ from accelerate import Accelerator
 from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
 from helpers.launch import torchrun
 
-from hf_longclip import OneLIPModel
+from hf_longclip import OneLIPForPreTraining
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.models.onelip.task import OneLIPTask
 
@@ -21,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 def _task() -> OneLIPTask:
     clip = tiny_clip()
-    return OneLIPTask(OneLIPModel.from_clip(clip), ImageTextCollator(tiny_onelip_processor()), teacher=clip,
+    return OneLIPTask(OneLIPForPreTraining.from_clip(clip), ImageTextCollator(tiny_onelip_processor()), teacher=clip,
                       trim_top_k=20)
 
 
@@ -32,6 +34,7 @@ def per_rank_step(reference_path: str) -> None:
     reference = torch.load(reference_path)
     task = _task()
     model = accelerator.prepare(task.model)
+    assert isinstance(model, torch.nn.parallel.DistributedDataParallel) and not model.find_unused_parameters
     model.train()
     rank, n = accelerator.process_index, len(reference["batch"]["input_ids"]) // WORLD_SIZE
     local = {k: v[rank * n : (rank + 1) * n] for k, v in reference["batch"].items()}

@@ -10,10 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor, tiny_processor
-from helpers.onelip import handmade_bank, unit
+from helpers.onelip import handmade_bank, run_objective, unit
 from transformers import CLIPModel
 
-from hf_longclip import OneLIPModel
+from hf_longclip import OneLIPForPreTraining
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.models.onelip.hard_negatives import (
     EMPTY,
@@ -228,14 +228,16 @@ def loss_inputs(batch: int = 4, tokens: int = 12, width: int = 8, dim: int = 6):
         token_embeds=torch.randn(batch, tokens, dim, generator=generator),
         valid=torch.ones(batch, tokens, dtype=torch.bool),
         teacher_states=torch.randn(batch, 8, width, generator=generator),
-        refine=TRIMRefine(8, width).apply(lambda m: torch.nn.init.normal_(m.queries)),
     )
+
+
+REFINE = TRIMRefine(8, 8).apply(lambda m: torch.nn.init.normal_(m.queries))
 
 
 def test_no_queued_negatives_is_plain_onelip_exactly():
     loss, inputs = OneLIPLoss(top_k=6), loss_inputs()
-    plain = loss(**inputs)
-    empty = loss(**inputs, hard_negative_embeds=torch.zeros(4, 0, 6), hard_negative_mask=torch.zeros(4, 0, dtype=bool))
+    plain = run_objective(loss, inputs, REFINE)
+    empty = run_objective(loss, inputs, REFINE, hard_negative_embeds=torch.zeros(4, 0, 6), hard_negative_mask=torch.zeros(4, 0, dtype=bool))
     for term in plain:
         assert torch.equal(plain[term], empty[term]), term
 
@@ -244,7 +246,7 @@ def test_queued_negatives_join_the_image_to_text_denominator():
     loss, inputs = OneLIPLoss(top_k=6), loss_inputs()
     negatives = F.normalize(torch.randn(4, 3, 6, generator=torch.Generator().manual_seed(1)), dim=-1)
     mask = torch.tensor([[True, True, True], [True, False, True], [False, False, False], [True, True, False]])
-    terms = loss(**inputs, hard_negative_embeds=negatives, hard_negative_mask=mask)
+    terms = run_objective(loss, inputs, REFINE, hard_negative_embeds=negatives, hard_negative_mask=mask)
     image, text, scale = inputs["image_embeds"], inputs["text_embeds"], 10.0
     i2t, t2i = 0.0, 0.0
     for i in range(4):  # Eq. 1 written out: each image against every text of the batch and its own queued negatives
@@ -253,7 +255,7 @@ def test_queued_negatives_join_the_image_to_text_denominator():
         i2t -= torch.log_softmax(torch.stack(logits), 0)[i] / 4
         t2i -= torch.log_softmax(torch.stack([scale * text[i] @ image[j] for j in range(4)]), 0)[i] / 4
     torch.testing.assert_close(terms["contrastive_loss"], 0.7 * (i2t + t2i))
-    plain = loss(**inputs)
+    plain = run_objective(loss, inputs, REFINE)
     assert terms["contrastive_loss"] > plain["contrastive_loss"]
     assert torch.equal(terms["coarse_loss"], plain["coarse_loss"])
 
@@ -262,7 +264,7 @@ def test_the_task_needs_sample_indices_when_it_queues_negatives(random_bank, tmp
     clip = tiny_clip()
     processor = tiny_onelip_processor()
     queues = HardNegativeQueues(random_bank, tmp_path / "queues", queue_size=2)
-    task = OneLIPTask(OneLIPModel.from_clip(clip), ImageTextCollator(processor), teacher=clip, hard_negatives=queues,
+    task = OneLIPTask(OneLIPForPreTraining.from_clip(clip), ImageTextCollator(processor), teacher=clip, hard_negatives=queues,
                       trim_top_k=20)
     assert task.options()["hard_negatives"] == queues.options() and task.options()["trim_top_k"] == 20
     batch = task.collate_fn([{"image": image, "caption": caption} for image, caption in

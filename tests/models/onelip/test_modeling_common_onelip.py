@@ -1,8 +1,8 @@
 """transformers' common model tests and the usage tests (tests/helpers/modeling_common.py) for `OneLIPModel`, whose
-training task (`OneLIPTask`) distils from a frozen base text encoder (the teacher)."""
+training task (`OneLIPTask`, training `OneLIPForPreTraining`: the model and TRIM-Refine's queries) distils from a
+frozen base text encoder (the teacher)."""
 
 import unittest
-from unittest import mock
 
 import pytest
 import torch
@@ -14,19 +14,9 @@ from helpers.modeling_common import (
 from transformers import CLIPTextModel
 from transformers.testing_utils import require_torch, torch_device
 
-from hf_longclip import OneLIPConfig, OneLIPModel
+from hf_longclip import OneLIPConfig, OneLIPForPreTraining, OneLIPModel
 from hf_longclip.models.onelip import OneLIPTextConfig
 from hf_longclip.models.onelip.task import OneLIPTask
-
-
-class OneLIPModelWithFrozenRefine(OneLIPModel):
-    """OneLIPModel with TRIM-Refine's queries frozen at construction, which transformers' gradient-checkpointing
-    tests then skip as intentionally frozen: the queries serve the task's objective (Eq. 6-7) alone, not the model's
-    own loss (CLIP's InfoNCE), so no gradient of `forward(return_loss=True)` reaches them."""
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.trim_refine.requires_grad_(False)
 
 
 @pytest.mark.slow  # transformers' whole common battery: minutes of CPU per model, so outside the fast suite
@@ -40,25 +30,23 @@ class OneLIPModelTest(DualEncoderCommonTests, unittest.TestCase):
     text_config_class = OneLIPTextConfig  # RoPE, no position table
 
     def make_task(self, model):
-        """The teacher: a CLIP text tower of the common tester's width (its last hidden states on the first
-        min(7, 77) tokens are what OneLIP distils)."""
+        """The task trains `OneLIPForPreTraining` (the model and TRIM-Refine's queries) built from `model`'s weights;
+        the teacher: a CLIP text tower of the common tester's width (its last hidden states on the first min(7, 77)
+        tokens are what OneLIP distils)."""
         text = model.config.text_config
         teacher = CLIPTextModel(self.model_tester.text_model_tester.get_config()).to(model.device)
         assert teacher.config.hidden_size == text.hidden_size
+        if isinstance(model, OneLIPModel):
+            pretraining = OneLIPForPreTraining(model.config).to(model.device)
+            pretraining.onelip = model
+            model = pretraining
         return OneLIPTask(model, None, teacher=teacher, **self.task_options)
-
-    def check_training_gradient_checkpointing(self, gradient_checkpointing_kwargs=None):
-        """transformers' check on the model's own loss, every parameter but TRIM-Refine's queries (see
-        `OneLIPModelWithFrozenRefine`); `test_task_loss_reaches_every_parameter_under_gradient_checkpointing` checks
-        the task's loss, which trains the queries."""
-        with mock.patch.object(self, "all_model_classes", (OneLIPModelWithFrozenRefine,)):
-            super().check_training_gradient_checkpointing(gradient_checkpointing_kwargs)
 
     def test_task_loss_reaches_every_parameter_under_gradient_checkpointing(self):
         config, inputs = self.model_tester.prepare_config_and_inputs_for_common()
         inputs.pop("return_loss")
         torch.manual_seed(0)
-        model = OneLIPModel(config).to(torch_device).train()
+        model = OneLIPForPreTraining(config).to(torch_device).train()
         task = self.make_task(model)
         model.activation_checkpointing_enable()
         loss = sum(task.compute_loss(model, inputs).values())

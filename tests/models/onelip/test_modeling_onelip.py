@@ -1,5 +1,7 @@
 """OneLIPModel: NTK-scaled RoPE (Eq. 2, Sec. 4.1) against transformers and a hand formula, RoPE attention against an
-independent complex rotation, any max_length, from_clip, causality, save/load; the task's TRIM options and configurations saved with them."""
+independent complex rotation, any max_length, from_clip, causality, save/load; OneLIPForPreTraining (TRIM-Refine's
+queries in its forward, its checkpoints loading as OneLIPModel without a warning); the task's TRIM options and
+configurations saved with them."""
 
 import math
 
@@ -13,10 +15,12 @@ from conftest import (
     tiny_onelip_processor,
     tiny_processor,
 )
-from transformers import PretrainedConfig
+from transformers import AutoModel, AutoModelForPreTraining, AutoModelForZeroShotImageClassification, PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging
 
-from hf_longclip import OneLIPConfig, OneLIPModel, OneLIPProcessor
+from hf_longclip import OneLIPConfig, OneLIPForPreTraining, OneLIPModel, OneLIPProcessor
 from hf_longclip.models.onelip import OneLIPTextConfig, OneLIPTextModel
 from hf_longclip.models.onelip.modeling_onelip import OneLIPAttention, inverse_frequencies
 from hf_longclip.models.onelip.task import OneLIPTask
@@ -139,13 +143,18 @@ def test_from_clip_copies_every_clip_weight_but_the_position_table(tmp_path):
             else:
                 assert torch.equal(state[name].reshape(tensor.shape), tensor), name
         assert model.logit_scale.shape == (1,)
-        assert model.trim_refine.queries.shape == (77, 32)
+        assert not hasattr(model, "trim_refine")  # the pre-training head's
+    pretraining = OneLIPForPreTraining.from_clip(clip)
+    assert pretraining.trim_refine.queries.shape == (77, 32)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(pretraining.onelip.state_dict()[name], tensor), name
 
 
 def test_save_and_reload_give_the_same_model(tmp_path):
     clip = tiny_clip()
     model = OneLIPModel.from_clip(clip, max_length=512).eval()
-    task = OneLIPTask(model, None, teacher=clip, trim_top_k=50, trim_rank=4)
+    task = OneLIPTask(OneLIPForPreTraining.from_clip(clip, max_length=512), None, teacher=clip, trim_top_k=50,
+                      trim_rank=4)
     processor = tiny_onelip_processor(512)
     model.save_pretrained(tmp_path)
     processor.save_pretrained(tmp_path)
@@ -177,12 +186,12 @@ def test_task_option_validation(bad, name):
     tests/models/onelip/test_ablation_onelip.py)."""
     clip = tiny_clip()
     with pytest.raises(ValueError, match=name):
-        OneLIPTask(OneLIPModel.from_clip(clip), None, teacher=clip, **bad)
+        OneLIPTask(OneLIPForPreTraining.from_clip(clip), None, teacher=clip, **bad)
 
 
 def test_task_option_defaults_follow_section_4_1():
     clip = tiny_clip()
-    model = OneLIPModel.from_clip(clip)
+    model = OneLIPForPreTraining.from_clip(clip)
     assert not hasattr(model, "objective")
     options = OneLIPTask(model, None, teacher=clip).options()
     assert options == {"trim_alpha": 0.5, "trim_top_k": 100, "trim_rank": 8, "trim_decomposition": "auto",
@@ -210,3 +219,69 @@ def test_text_encoder_stands_alone(tmp_path):
     with torch.no_grad():
         expected = model.get_text_features(input_ids=ids).last_hidden_state
         torch.testing.assert_close(reloaded(ids)[0], expected, rtol=0, atol=0)
+
+
+def test_every_parameter_of_the_pretraining_model_takes_part_in_its_forward():
+    """TRIM-Refine's queries are the head of `OneLIPForPreTraining`: its forward (with the task's TRIM-Select or
+    over every valid token) reaches every weight, so DDP needs no `find_unused_parameters`."""
+    clip = tiny_clip()
+    model = OneLIPForPreTraining.from_clip(clip).train()
+    batch = dict(tiny_onelip_processor()(text=CAPTIONS, images=random_images(4), padding="longest"))
+    objective = OneLIPTask(model, None, teacher=clip, trim_top_k=3).objective
+    for select in (None, objective.select_tokens):
+        model.zero_grad()
+        out = model(**batch, return_loss=True, select_tokens=select)
+        assert out.refined_text_states.shape == (4, 77, 32)
+        (out.loss + out.refined_text_states.square().mean()).backward()
+        assert [name for name, param in model.named_parameters() if param.grad is None] == []
+    # without a selection, TRIM-Refine (Eq. 6) attends over each text's valid tokens
+    with torch.no_grad():
+        out = model(**batch)
+    states = out.text_model_output.last_hidden_state[1]
+    valid = batch["attention_mask"][1].bool()  # the end token is the last attended one
+    expected = torch.softmax(model.trim_refine.queries @ states[valid].T / math.sqrt(32), dim=-1) @ states[valid]
+    torch.testing.assert_close(out.refined_text_states[1], expected, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():  # the base model's outputs unchanged by the head
+        plain = model.onelip(**batch)
+    torch.testing.assert_close(out.logits_per_image, plain.logits_per_image, rtol=0, atol=0)
+    with pytest.raises(TypeError, match="OneLIPForPreTraining"):
+        OneLIPTask(OneLIPModel.from_clip(clip), None, teacher=clip)
+
+
+def _load_report(load, *args, **kwargs) -> str:
+    """What transformers logs while `load(*args, **kwargs)` runs (its load report of missing / unexpected keys)."""
+    logger = logging.get_logger("transformers")
+    with CaptureLogger(logger) as captured:
+        load(*args, **kwargs)
+    return captured.out
+
+
+def test_pretraining_checkpoints_load_as_the_model_without_a_warning(tmp_path):
+    """`OneLIPForPreTraining` saves the queries under `trim_refine.` and the model under `onelip.`: `OneLIPModel`
+    (and AutoModel, zero-shot classification) loads it silently without the queries, AutoModelForPreTraining with
+    them; a `OneLIPModel` checkpoint loads into `OneLIPForPreTraining` with fresh queries, reported as missing."""
+    pretraining = OneLIPForPreTraining.from_clip(tiny_clip()).eval()
+    pretraining.save_pretrained(tmp_path / "pretraining")
+    auto_map = PretrainedConfig.get_config_dict(tmp_path / "pretraining")[0]["auto_map"]
+    assert auto_map["AutoModel"] == auto_map["AutoModelForZeroShotImageClassification"] == "modeling_onelip.OneLIPModel"
+    assert auto_map["AutoModelForPreTraining"] == "modeling_onelip.OneLIPForPreTraining"
+    inputs = tiny_onelip_processor()(text=CAPTIONS, images=random_images(4))
+    with torch.no_grad():
+        expected = pretraining(**inputs).logits_per_image
+    previous = logging.get_verbosity()
+    logging.set_verbosity_warning()
+    try:
+        for auto in (OneLIPModel, AutoModel, AutoModelForZeroShotImageClassification):
+            assert _load_report(auto.from_pretrained, tmp_path / "pretraining", trust_remote_code=True) == ""
+            model = auto.from_pretrained(tmp_path / "pretraining", trust_remote_code=True).eval()
+            assert type(model).__name__ == "OneLIPModel"
+            with torch.no_grad():
+                torch.testing.assert_close(model(**inputs).logits_per_image, expected, rtol=0, atol=0)
+        reloaded = AutoModelForPreTraining.from_pretrained(tmp_path / "pretraining", trust_remote_code=True)
+        assert type(reloaded).__name__ == "OneLIPForPreTraining"
+        assert torch.equal(reloaded.trim_refine.queries, pretraining.trim_refine.queries)
+        model.save_pretrained(tmp_path / "model")
+        report = _load_report(OneLIPForPreTraining.from_pretrained, tmp_path / "model")
+        assert "trim_refine.queries" in report and "MISSING" in report
+    finally:
+        logging.set_verbosity(previous)

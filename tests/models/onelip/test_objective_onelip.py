@@ -8,11 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import CAPTIONS, random_images, tiny_clip, tiny_processor
+from helpers.onelip import run_objective
 from transformers import CLIPTextConfig, CLIPTextModel
 
-from hf_longclip import OneLIPModel
-from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
-from hf_longclip.models.onelip.task import OneLIPTask, text_token_mask
+from hf_longclip import OneLIPForPreTraining
+from hf_longclip.models.onelip.modeling_onelip import TRIMRefine, text_token_mask
+from hf_longclip.models.onelip.task import OneLIPTask
 from hf_longclip.models.onelip.objective import OneLIPLoss, trim_scores, trim_select
 from hf_longclip.models.onelip.objective import coarse_loss, token_wise_loss, top_right_singular_vectors
 
@@ -150,8 +151,8 @@ def test_eq_10_terms_and_the_weight_schedule():
     torch.nn.init.normal_(refine.queries)
     objective = OneLIPLoss(alpha=0.5, top_k=3, rank=2, weights=(0.2, 0.1, 0.7), weights_after=(0.05, 0.25, 0.7),
                            switch_step=5000)
-    before = objective(**inputs, refine=refine, step=4999)
-    after = objective(**inputs, refine=refine, step=5000)
+    before = run_objective(objective, inputs, refine, step=4999)
+    after = run_objective(objective, inputs, refine, step=5000)
     assert set(before) == {"coarse_loss", "token_loss", "contrastive_loss"}
     logits = 3.0 * inputs["image_embeds"] @ inputs["text_embeds"].T
     labels = torch.arange(3)
@@ -172,7 +173,7 @@ def test_gradients_reach_the_queries_and_the_selected_states_only_through_trim_r
     inputs["text_states"].requires_grad_(True)
     refine = TRIMRefine(4, 4)
     torch.nn.init.normal_(refine.queries)
-    terms = OneLIPLoss(top_k=2, weights=(0.0, 1.0, 0.0))(**inputs, refine=refine)
+    terms = run_objective(OneLIPLoss(top_k=2, weights=(0.0, 1.0, 0.0)), inputs, refine)
     sum(terms.values()).backward()
     assert refine.queries.grad.abs().sum() > 0
     touched = inputs["text_states"].grad.abs().sum(-1) > 0
@@ -183,7 +184,7 @@ def test_bad_inputs_raise_clear_errors():
     inputs, refine = _objective_inputs(), TRIMRefine(4, 4)
     objective = OneLIPLoss()
     with pytest.raises(ValueError, match="width 6 differs"):
-        objective(**{**inputs, "teacher_states": torch.randn(3, 4, 6)}, refine=refine)
+        run_objective(objective, {**inputs, "teacher_states": torch.randn(3, 4, 6)}, refine)
     names = {"text_states": "long text encoder states", "teacher_states": "teacher states",
              "image_embeds": "image embeddings", "text_embeds": "text embeddings"}
     for (name, named), value, kind in itertools.product(names.items(), ("nan", "inf"), ("exact", "subspace", "pooled")):
@@ -191,17 +192,18 @@ def test_bad_inputs_raise_clear_errors():
         broken.view(-1)[5] = float(value)
         distillation, decomposition = ("pooled", "auto") if kind == "pooled" else ("trim", kind)
         with pytest.raises(ValueError, match=f"the {named} contain NaN or inf"):
-            OneLIPLoss(distillation=distillation, decomposition=decomposition)(**{**inputs, name: broken}, refine=refine)
+            run_objective(OneLIPLoss(distillation=distillation, decomposition=decomposition), {**inputs, name: broken},
+                          refine)
     with pytest.raises(ValueError, match="non-empty"):
-        objective(**{k: v[:0] if v.ndim else v for k, v in inputs.items()}, refine=refine)
+        run_objective(objective, {k: v[:0] if v.ndim else v for k, v in inputs.items()}, refine)
 
     clip = tiny_clip()
-    model = OneLIPModel.from_clip(clip)
+    model = OneLIPForPreTraining.from_clip(clip)
     batch = dict(tiny_processor()(text=CAPTIONS, images=random_images(4), padding="longest"))
     no_end = batch["input_ids"].clone()
     no_end[no_end == 1] = 5
     with pytest.raises(ValueError, match="end-of-text"):
-        model.get_text_features(no_end)
+        model.onelip.get_text_features(no_end)
     with pytest.raises(ValueError, match="end-of-text"):
         model(**{**batch, "input_ids": no_end})
     with pytest.raises(ValueError, match="end-of-text"):

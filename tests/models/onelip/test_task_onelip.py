@@ -8,7 +8,7 @@ from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
 from safetensors.torch import load_file
 from helpers.fresh_process import FRESH_PROCESS_PRELUDE, load_in_fresh_process
 
-from hf_longclip import OneLIPModel
+from hf_longclip import OneLIPForPreTraining, OneLIPModel
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import save_model, train
@@ -30,7 +30,7 @@ def _args(tmp_path, steps: int = 3) -> LoopArguments:
 
 def test_teacher_is_untouched_unoptimised_and_unsaved(accelerator, tmp_path):
     clip = tiny_clip()
-    model = OneLIPModel.from_clip(clip)
+    model = OneLIPForPreTraining.from_clip(clip)
     task = OneLIPTask(model, ImageTextCollator(tiny_onelip_processor()), teacher=clip, trim_top_k=20)
     teacher_before = {k: v.clone() for k, v in task.teacher.state_dict().items()}
     student_before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -46,7 +46,7 @@ def test_teacher_is_untouched_unoptimised_and_unsaved(accelerator, tmp_path):
     optimised = {id(p) for group in accelerator._optimizers[0].param_groups for p in group["params"]}
     assert not optimised & {id(p) for p in task.teacher.parameters()}
     trained = accelerator.unwrap_model(prepared).state_dict()
-    for name in ("text_model.encoder.layers.0.self_attn.q_proj.weight", "trim_refine.queries"):
+    for name in ("onelip.text_model.encoder.layers.0.self_attn.q_proj.weight", "trim_refine.queries"):
         assert not torch.equal(trained[name], student_before[name]), name
     for name, tensor in clip.text_model.state_dict().items():  # the caller's CLIP is not frozen nor changed
         assert torch.equal(tensor, teacher_before[name])
@@ -55,14 +55,16 @@ def test_teacher_is_untouched_unoptimised_and_unsaved(accelerator, tmp_path):
     saved = load_file(path / "model.safetensors")
     assert set(saved) == set(model.state_dict())
     assert not any("teacher" in name for name in saved)
-    reloaded = OneLIPModel.from_pretrained(path)
+    reloaded = OneLIPForPreTraining.from_pretrained(path)
     for name, tensor in reloaded.state_dict().items():
         torch.testing.assert_close(tensor, trained[name], rtol=0, atol=0, msg=name)
+    inference = OneLIPModel.from_pretrained(path)  # without TRIM-Refine's queries
+    assert {f"onelip.{name}" for name in inference.state_dict()} == set(saved) - {"trim_refine.queries"}
 
 
 def test_loss_weights_follow_the_task_step_and_resume_with_it():
     clip = tiny_clip()
-    model = OneLIPModel.from_clip(clip).eval()
+    model = OneLIPForPreTraining.from_clip(clip).eval()
     task = OneLIPTask(model, ImageTextCollator(tiny_onelip_processor()), teacher=clip.text_model, weight_switch_step=2)
     batch = task.collate_fn(_rows())
     with torch.no_grad():
@@ -77,7 +79,7 @@ def test_loss_weights_follow_the_task_step_and_resume_with_it():
 
 def test_lora_trains_adapters_only_and_merges(accelerator, tmp_path):
     clip = tiny_clip()
-    model = OneLIPModel.from_clip(clip)
+    model = OneLIPForPreTraining.from_clip(clip)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     peft_model = apply_lora(model, LoraArguments(lora_r=4, lora_modules_to_save="trim_refine"))
     trainable = [name for name, p in peft_model.named_parameters() if p.requires_grad]
@@ -90,9 +92,9 @@ def test_lora_trains_adapters_only_and_merges(accelerator, tmp_path):
     with torch.no_grad():
         adapted = trained.eval()(**inputs).text_embeds
         merged = merge_lora(trained)
-        assert type(merged) is OneLIPModel and merged.state_dict().keys() == before.keys()
+        assert type(merged) is OneLIPForPreTraining and merged.state_dict().keys() == before.keys()
         torch.testing.assert_close(merged(**inputs).text_embeds, adapted, atol=1e-5, rtol=1e-5)
-        original = OneLIPModel.from_clip(clip).eval()(**inputs).text_embeds
+        original = OneLIPModel.from_clip(clip).eval()(**inputs).text_embeds  # the same weights, no queries
     assert (adapted - original).abs().max() > 1e-4
     assert not torch.equal(merged.trim_refine.queries, before["trim_refine.queries"])
 

@@ -91,8 +91,7 @@ def convert(
         vision_config=dict(vision_config, hidden_act="quick_gelu"), projection_dim=text_projection.shape[1],
         logit_scale_init_value=float(converted["logit_scale"]),
     )
-    # TRIM-Refine's queries are OneLIP's fine-tuning state, not TULIP's: they keep OneLIP's initialisation
-    model = load_converted(OneLIPModel, config, converted, initialised=("trim_refine.",))
+    model = load_converted(OneLIPModel, config, converted)
     if tokenizer is None:
         return model, None
     tokenizer.model_max_length = max_length

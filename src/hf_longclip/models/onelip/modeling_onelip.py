@@ -4,11 +4,14 @@ A dual encoder: CLIP's vision tower and a long text encoder, CLIP's text encoder
 removed and rotary embeddings (Eq. 2) with NTK-scaled frequencies (Sec. 4.1) on the queries and keys of every
 self-attention layer. Retrieval embeddings are CLIP's: the projected image [CLS] and end-of-text embeddings, the
 text one independent of any image. Training is Eq. 10 (`hf_longclip.models.onelip.objective.OneLIPLoss`), applied by
-`hf_longclip.models.onelip.task.OneLIPTask`, which also holds the frozen base encoder (the teacher): training
-state, not part of this model.
+`hf_longclip.models.onelip.task.OneLIPTask` to `OneLIPForPreTraining`: `OneLIPModel` plus TRIM-Refine's learnable
+queries (Eq. 6), which only training uses, as transformers keeps pre-training heads apart from the base model. The
+task also holds the frozen base encoder (the teacher): training state, not part of either model.
 """
 
 import copy
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -30,12 +33,14 @@ from transformers.utils.output_capturing import capture_outputs
 
 from hf_longclip.modeling_common.dual_encoder import (
     DualEncoderMixin,
+    DualEncoderOutput,
     check_input_ids,
     check_pixel_values,
     end_of_text_positions,
     load_clip_model,
 )
 from hf_longclip.modeling_common.positions import RotaryEmbedding, apply_rotary, ntk_inverse_frequencies
+from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 from .configuration_onelip import ONELIP_TEXT_POSITIONS, OneLIPConfig, OneLIPTextConfig
 
@@ -51,6 +56,13 @@ def inverse_frequencies(config: OneLIPTextConfig) -> torch.Tensor:
         config.hidden_size // config.num_attention_heads, config.base_length, target_length,
         config.rope_gamma, config.rope_theta,
     )
+
+
+def text_token_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, eos_token_id: int) -> torch.Tensor:
+    """(B, L) True at each text's valid tokens: up to its end-of-text token and inside the attention mask."""
+    ends = end_of_text_positions(input_ids, eos_token_id)
+    valid = torch.arange(input_ids.shape[-1], device=input_ids.device) <= ends[:, None]
+    return valid if attention_mask is None else valid & attention_mask.bool()
 
 
 class OneLIPTextEmbeddings(nn.Module):
@@ -118,8 +130,9 @@ class OneLIPEncoder(nn.Module):
 
 class TRIMRefine(nn.Module):
     """TRIM-Refine (Eq. 6): Z_agg = Attn(Q, Z', Z'), L2 learnable queries Q in single-head scaled dot-product
-    attention over the tokens TRIM-Select kept (`kept` False at padding slots, masked). Trained with the model and
-    saved with it; used by the token-wise distillation (`hf_longclip.models.onelip.objective.OneLIPLoss`), not by
+    attention over the tokens TRIM-Select kept (`kept` False at padding slots, masked), in the tokens' dtype
+    (autocast off: the objective passes float32 states). The head of `OneLIPForPreTraining`, whose output the
+    token-wise distillation (`hf_longclip.models.onelip.objective.OneLIPLoss`) compares with the teacher; not used by
     inference."""
 
     def __init__(self, num_queries: int, dim: int):
@@ -128,7 +141,8 @@ class TRIMRefine(nn.Module):
 
     def forward(self, tokens: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
         queries = self.queries.to(tokens.dtype).expand(tokens.shape[0], -1, -1)
-        return F.scaled_dot_product_attention(queries, tokens, tokens, attn_mask=kept[:, None, :])
+        with torch.autocast(device_type=tokens.device.type, enabled=False):
+            return F.scaled_dot_product_attention(queries, tokens, tokens, attn_mask=kept[:, None, :])
 
 
 class OneLIPPreTrainedModel(CLIPPreTrainedModel):
@@ -153,6 +167,36 @@ class OneLIPPreTrainedModel(CLIPPreTrainedModel):
             init.normal_(module.text_projection.weight, std=module.text_projection.in_features**-0.5 * factor)
             init.normal_(module.visual_projection.weight, std=module.visual_projection.in_features**-0.5 * factor)
             init.constant_(module.logit_scale, self.config.logit_scale_init_value)
+
+    @classmethod
+    def from_clip(
+        cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, max_length: int = ONELIP_TEXT_POSITIONS,
+        trust_remote_code: bool = False, **config_kwargs,
+    ):
+        """A `OneLIPModel` (or `OneLIPForPreTraining`) initialised from a CLIP (Hub id, local directory or in-memory
+        `CLIPModel`; the checkpoint's own code runs only with `trust_remote_code=True`): every weight copied but the
+        text position table, which RoPE replaces; T_f is CLIP's text length, T_g = `max_length`; `config_kwargs` set
+        configuration options. TRIM-Refine's queries (`OneLIPForPreTraining`) start from their init."""
+        clip = load_clip_model(clip, trust_remote_code)
+        state = {k: v for k, v in clip.state_dict().items() if k != _POSITION_TABLE}
+        state["logit_scale"] = state["logit_scale"].reshape(1)
+        text_config = clip.config.text_config.to_dict()
+        base_length = clip.config.text_config.max_position_embeddings
+        text_config.update(max_position_embeddings=max_length, base_length=base_length)
+        config = OneLIPConfig(
+            text_config=text_config,
+            vision_config=clip.config.vision_config.to_dict(),
+            projection_dim=clip.config.projection_dim,
+            logit_scale_init_value=clip.config.logit_scale_init_value,
+            **config_kwargs,
+        )
+        model = cls(config)
+        missing, unexpected = model.base_model.load_state_dict(state, strict=False)
+        unexpected = [name for name in unexpected if not name.endswith("position_ids")]
+        if missing or unexpected:
+            raise ValueError(f"CLIP checkpoint does not match: missing {missing}, unexpected {unexpected}")
+        return model.to(clip.dtype)
+
 
 
 class OneLIPTextModel(OneLIPPreTrainedModel):
@@ -213,12 +257,13 @@ class OneLIPTextModel(OneLIPPreTrainedModel):
 
 class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
     """OneLIP: CLIP's vision tower, the RoPE long text encoder, CLIP's projections and logit scale (shape (1,):
-    DeepSpeed rejects 0-dim parameters), and TRIM-Refine's L2 learnable queries (Eq. 6; trained weights, used by the
-    training objective only). `get_text_features` takes no image; `forward(return_loss=True)` returns CLIP's
-    InfoNCE over the given local batch (Eq. 1 alone; Eq. 10 needs the teacher: `OneLIPTask`)."""
+    DeepSpeed rejects 0-dim parameters). `get_text_features` takes no image; `forward(return_loss=True)` returns
+    CLIP's InfoNCE over the given local batch (Eq. 1 alone; Eq. 10 needs the teacher: `OneLIPTask`). Loads the
+    checkpoints `OneLIPForPreTraining` saves, without TRIM-Refine's queries, which inference does not use."""
 
     config: OneLIPConfig
     config_class = OneLIPConfig
+    _keys_to_ignore_on_load_unexpected = [r"^trim_refine\."]  # OneLIPForPreTraining's head
 
     def __init__(self, config: OneLIPConfig):
         super().__init__(config)
@@ -228,38 +273,7 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
         self.visual_projection = nn.Linear(vision_config.hidden_size, config.projection_dim, bias=False)
         self.text_projection = nn.Linear(text_config.hidden_size, config.projection_dim, bias=False)
         self.logit_scale = nn.Parameter(torch.tensor([config.logit_scale_init_value]))
-        self.trim_refine = TRIMRefine(text_config.base_length, text_config.hidden_size)
         self.post_init()
-
-    @classmethod
-    def from_clip(
-        cls, clip: "str | CLIPModel" = DEFAULT_CLIP_CHECKPOINT, max_length: int = ONELIP_TEXT_POSITIONS,
-        trust_remote_code: bool = False, **config_kwargs,
-    ) -> "OneLIPModel":
-        """A OneLIP initialised from a CLIP (Hub id, local directory or in-memory `CLIPModel`; the checkpoint's own
-        code runs only with `trust_remote_code=True`): every weight copied but the text position table, which RoPE
-        replaces; T_f is CLIP's text length, T_g = `max_length`; `config_kwargs` set configuration options.
-        TRIM-Refine's queries start from their init."""
-        clip = load_clip_model(clip, trust_remote_code)
-        state = {k: v for k, v in clip.state_dict().items() if k != _POSITION_TABLE}
-        state["logit_scale"] = state["logit_scale"].reshape(1)
-        text_config = clip.config.text_config.to_dict()
-        base_length = clip.config.text_config.max_position_embeddings
-        text_config.update(max_position_embeddings=max_length, base_length=base_length)
-        config = OneLIPConfig(
-            text_config=text_config,
-            vision_config=clip.config.vision_config.to_dict(),
-            projection_dim=clip.config.projection_dim,
-            logit_scale_init_value=clip.config.logit_scale_init_value,
-            **config_kwargs,
-        )
-        model = cls(config)
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        missing = [name for name in missing if not name.startswith("trim_refine.")]
-        unexpected = [name for name in unexpected if not name.endswith("position_ids")]
-        if missing or unexpected:
-            raise ValueError(f"CLIP checkpoint does not match: missing {missing}, unexpected {unexpected}")
-        return model.to(clip.dtype)
 
     def diffusion_text_encoder(self, with_projection: bool = False) -> OneLIPTextModel:
         """The long text encoder alone (weights copied, eval mode), as `hf_longclip.diffusion` takes it for a
@@ -299,4 +313,79 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
         return outputs
 
 
-__all__ = ["OneLIPModel", "OneLIPTextModel", "TRIMRefine"]
+@dataclass
+class OneLIPForPreTrainingOutput(DualEncoderOutput):
+    r"""
+    [`DualEncoderOutput`] plus TRIM-Refine's output.
+
+    refined_text_states (`torch.FloatTensor` of shape `(batch_size, base_length, hidden_size)`):
+        Z_agg = Attn(Q, Z', Z') (Eq. 6): the L2 = T_f learnable queries attending over the long encoder's token
+        states that `select_tokens` kept (every valid token without it).
+    """
+
+    refined_text_states: torch.FloatTensor | None = None
+
+
+class OneLIPForPreTraining(CodeBundleMixin, OneLIPPreTrainedModel):
+    """`OneLIPModel` with the head only training uses: TRIM-Refine's L2 = T_f learnable queries (Eq. 6), what
+    `OneLIPTask` trains. Its checkpoints load as `OneLIPModel` (`AutoModel`, zero-shot classification), without the
+    queries; as `OneLIPForPreTraining` (`AutoModelForPreTraining`) with them, to train on."""
+
+    config: OneLIPConfig
+    config_class = OneLIPConfig
+
+    def __init__(self, config: OneLIPConfig):
+        super().__init__(config)
+        self.onelip = OneLIPModel(config)
+        self.trim_refine = TRIMRefine(config.text_config.base_length, config.text_config.hidden_size)
+        self.post_init()
+
+    @property
+    def logit_scale(self) -> nn.Parameter:
+        """The model's learned log temperature (the training loop clamps it after each step)."""
+        return self.onelip.logit_scale
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Also maps `AutoModel` and zero-shot classification to `OneLIPModel`, which loads these weights."""
+        base = f"{type(self).__module__.split('.')[-1]}.{OneLIPModel.__name__}"
+        self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), "AutoModel": base,
+                                "AutoModelForZeroShotImageClassification": base}
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        return_loss: bool | None = None,
+        select_tokens: Callable | None = None,
+        **kwargs,
+    ) -> OneLIPForPreTrainingOutput:
+        r"""
+        return_loss (`bool`, *optional*):
+            Whether to return CLIP's symmetric InfoNCE over this batch, as `OneLIPModel` does.
+        select_tokens (`Callable`, *optional*):
+            TRIM-Select (Eq. 4-5) as the training objective configures it
+            (`hf_longclip.models.onelip.objective.OneLIPLoss.select_tokens`): `select_tokens(text_states,
+            token_embeds, image_embeds, valid) -> (selected_states, kept)`, from the long encoder's token states
+            (B, L, d), the same projected into the joint space without gradient (B, L, P; A(i) of Eq. 5), the
+            L2-normalised image embeddings (B, P) and the valid tokens (B, L); `kept` (B, K) marks the real tokens
+            among the selected. None: TRIM-Refine attends over every valid token.
+        """
+        outputs = self.onelip(input_ids=input_ids, pixel_values=pixel_values, attention_mask=attention_mask,
+                              position_ids=position_ids, return_loss=return_loss, **kwargs)
+        states = outputs.text_model_output.last_hidden_state
+        valid = text_token_mask(input_ids, attention_mask, self.config.text_config.eos_token_id)
+        if select_tokens is None:
+            selected, kept = states, valid
+        else:
+            with torch.no_grad():
+                token_embeds = self.onelip.text_projection(states)
+            selected, kept = select_tokens(states, token_embeds, outputs.image_embeds, valid)
+        return OneLIPForPreTrainingOutput(**outputs, refined_text_states=self.trim_refine(selected, kept))
+
+
+__all__ = ["OneLIPForPreTraining", "OneLIPForPreTrainingOutput", "OneLIPModel", "OneLIPTextModel", "TRIMRefine",
+           "text_token_mask"]

@@ -163,7 +163,7 @@ class OneLIPLoss(nn.Module):
     lambda_3 (L_i-t + L_t-i)}`, the lambdas being `weights` before optimizer step `switch_step` and `weights_after`
     from it on (Sec. 4.1: 0.2/0.1/0.7, then 0.05/0.25/0.7 from step 5000). Runs in float32, autocast disabled.
     `distillation`: "trim" (OneLIP, Eq. 4-7) or "pooled" (the ablation without TRIM: `token_loss` is then the
-    pooled distance, `pooled_distillation_loss`, and `refine` is not used). `decomposition`: how TRIM-Select finds
+    pooled distance, `pooled_distillation_loss`, and `refined_states` is not used). `decomposition`: how TRIM-Select finds
     the top singular directions (`top_right_singular_vectors`). See the module docstring for the
     choices made where the paper is silent."""
 
@@ -183,6 +183,22 @@ class OneLIPLoss(nn.Module):
         self.alpha, self.top_k, self.rank = alpha, top_k, rank
         self.weights, self.weights_after, self.switch_step = tuple(weights), tuple(weights_after), switch_step
 
+    def select_tokens(self, text_states: torch.Tensor, token_embeds: torch.Tensor, image_embeds: torch.Tensor,
+                      valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """TRIM-Select (Eq. 4-5) with this objective's alpha, K and r, in float32 with autocast off: the top-K token
+        states by S(i) (`trim_scores`, `trim_select`) and which are real; what
+        `OneLIPForPreTraining.forward(select_tokens=...)` takes. `text_states` (B, L, d), `token_embeds` (B, L, P)
+        the same projected (for A(i)), `image_embeds` (B, P), `valid` (B, L)."""
+        with torch.autocast(device_type=text_states.device.type, enabled=False):
+            states = text_states.float()
+            try:
+                scores = trim_scores(states, token_embeds, image_embeds.float(), valid, self.rank, self.alpha,
+                                     self.decomposition)
+            except torch.linalg.LinAlgError:
+                _raise_on_non_finite({"long text encoder states": text_states, "image embeddings": image_embeds})
+                raise
+            return trim_select(states, scores, self.top_k)
+
     def loss_weights(self, step: int) -> tuple[float, float, float]:
         """(lambda_1, lambda_2, lambda_3) at optimizer step `step` (0 for the first)."""
         return self.weights if step < self.switch_step else self.weights_after
@@ -193,17 +209,17 @@ class OneLIPLoss(nn.Module):
         text_embeds: torch.Tensor,
         logit_scale: torch.Tensor,
         text_states: torch.Tensor,
-        token_embeds: torch.Tensor,
         valid: torch.Tensor,
         teacher_states: torch.Tensor,
-        refine: nn.Module,
+        refined_states: torch.Tensor | None,
         step: int = 0,
         hard_negative_embeds: torch.Tensor | None = None,
         hard_negative_mask: torch.Tensor | None = None,
     ) -> dict:
         """`image_embeds`, `text_embeds`: (B, P) L2-normalised; `text_states` (B, L, d) the long encoder's token
-        states, `token_embeds` (B, L, P) the same projected (for A(i)), `valid` (B, L) its valid tokens;
-        `teacher_states` (B, min(L, T_f), d) the base encoder's states on the first T_f tokens.
+        states, `valid` (B, L) its valid tokens; `teacher_states` (B, min(L, T_f), d) the base encoder's states on
+        the first T_f tokens; `refined_states` (B, L2, d) Z_agg, TRIM-Refine's output (Eq. 6) over the tokens
+        `select_tokens` kept (`OneLIPForPreTraining`'s `refined_text_states`; unused by "pooled").
 
         PO-HNM (Sec. 3.2): `hard_negative_embeds` (B, M, P), each image's queued negative captions as the frozen
         base encoder embedded them (L2-normalised, no gradient), with `hard_negative_mask` (B, M) marking filled
@@ -236,13 +252,7 @@ class OneLIPLoss(nn.Module):
             if self.distillation == "pooled":
                 token = pooled_distillation_loss(states, teacher, valid, teacher_valid)
             else:
-                try:
-                    scores = trim_scores(states, token_embeds, image, valid, self.rank, self.alpha,
-                                         self.decomposition)
-                except torch.linalg.LinAlgError:
-                    _raise_on_non_finite(inputs)
-                    raise
-                aggregated = refine(*trim_select(states, scores, self.top_k))
+                aggregated = refined_states.float()
                 n = min(aggregated.shape[1], base_length)
                 token = token_wise_loss(aggregated[:, :n], teacher[:, :n], teacher_valid[:, :n])
             all_image, offset = gather_with_grad(image)

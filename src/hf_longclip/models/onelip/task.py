@@ -11,21 +11,16 @@ import torch
 from accelerate import Accelerator
 from transformers import CLIPModel, CLIPTextModel
 
-from hf_longclip.modeling_common.dual_encoder import end_of_text_positions
+from hf_longclip.models.onelip.modeling_onelip import OneLIPForPreTraining, text_token_mask
 from hf_longclip.models.onelip.objective import TRIM_DECOMPOSITIONS, OneLIPLoss
 from hf_longclip.training.task import ContrastiveTask
 
 
-def text_token_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, eos_token_id: int) -> torch.Tensor:
-    """(B, L) True at each text's valid tokens: up to its end-of-text token and inside the attention mask."""
-    ends = end_of_text_positions(input_ids, eos_token_id)
-    valid = torch.arange(input_ids.shape[-1], device=input_ids.device) <= ends[:, None]
-    return valid if attention_mask is None else valid & attention_mask.bool()
-
-
 class OneLIPTask(ContrastiveTask):
-    """OneLIP's one-stage training (Eq. 10): owns the frozen base text encoder (the teacher), the optimizer-step
-    count that selects the loss weights (Sec. 4.1's schedule) and, optionally, PO-HNM's per-sample queues.
+    """OneLIP's one-stage training (Eq. 10) of a `OneLIPForPreTraining` (`OneLIPModel` and TRIM-Refine's queries):
+    owns the frozen base text encoder (the teacher), the optimizer-step count that selects the loss weights (Sec.
+    4.1's schedule) and, optionally, PO-HNM's per-sample queues. The model's forward runs TRIM-Select (with the
+    objective's options) and TRIM-Refine, so every trained weight takes part in it.
 
     The teacher is training state, not part of the model: held here as a plain attribute, it is no submodule of
     the model, so the optimizer, DDP and DeepSpeed never see it, `save_pretrained` never writes it, and its
@@ -60,7 +55,7 @@ class OneLIPTask(ContrastiveTask):
     token_distillation (defaults to `"trim"`):
         `"trim"`: TRIM-Select + TRIM-Refine + token-wise distillation (Eq. 4-7), OneLIP. `"pooled"`: the ablation
         without TRIM (mean-pooled student vs teacher states, see `hf_longclip.models.onelip.objective`); TRIM-Refine's
-        queries are then unused and frozen.
+        output is then unused and its queries frozen.
     weights, weights_after (defaults to (0.2, 0.1, 0.7) and (0.05, 0.25, 0.7)):
         (lambda_1, lambda_2, lambda_3) of Eq. 10 before and from `weight_switch_step` on.
     """
@@ -70,6 +65,11 @@ class OneLIPTask(ContrastiveTask):
                  trim_decomposition: str = "auto", weights: tuple[float, float, float] = (0.2, 0.1, 0.7),
                  weights_after: tuple[float, float, float] = (0.05, 0.25, 0.7), weight_switch_step: int = 5000,
                  token_distillation: str = "trim"):
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a LoRA wrapper
+        if not isinstance(base, OneLIPForPreTraining):
+            raise TypeError(f"OneLIPTask trains a OneLIPForPreTraining (OneLIPModel with TRIM-Refine's queries), got "
+                            f"{type(base).__name__}: build it with OneLIPForPreTraining.from_clip(...) or "
+                            f"OneLIPForPreTraining.from_pretrained(...)")
         if not 0.0 <= trim_alpha <= 1.0:
             raise ValueError(f"trim_alpha must be in [0, 1], got {trim_alpha}")
         if trim_top_k < 1 or trim_rank < 1:
@@ -108,8 +108,8 @@ class OneLIPTask(ContrastiveTask):
                 "hard_negatives": None if self.hard_negatives is None else self.hard_negatives.options()}
 
     def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
-        """The model's embeddings and long-text token states, and the teacher's token states on each text's first
-        T_f tokens."""
+        """The model's embeddings, long-text token states and TRIM-Refine's output over the tokens TRIM-Select kept,
+        and the teacher's token states on each text's first T_f tokens."""
         inputs = {key: value for key, value in batch.items() if key != "sample_index"}
         input_ids, attention_mask = inputs["input_ids"], inputs.get("attention_mask")
         self.teacher.to(input_ids.device)
@@ -118,10 +118,11 @@ class OneLIPTask(ContrastiveTask):
                 input_ids=input_ids[:, : self.base_length],
                 attention_mask=None if attention_mask is None else attention_mask[:, : self.base_length],
             ).last_hidden_state
-        outputs = model(**inputs)
+        select = self.objective.select_tokens if self.objective.distillation == "trim" else None
+        outputs = model(**inputs, select_tokens=select)
         return {"image_embeds": outputs.image_embeds, "text_embeds": outputs.text_embeds,
                 "logit_scale": outputs.logit_scale, "text_states": outputs.text_model_output.last_hidden_state,
-                "teacher_states": teacher_states}
+                "refined_states": outputs.refined_text_states, "teacher_states": teacher_states}
 
     def loss(self, model: torch.nn.Module, encoded: dict, batch: dict) -> dict[str, torch.Tensor]:
         """Eq. 10 over the batch, with its queued hard negatives; in training, the batch's due queues are refreshed
@@ -132,13 +133,10 @@ class OneLIPTask(ContrastiveTask):
                 raise ValueError("hard-negative queues need each batch's sample_index (the rows' dataset indices): "
                                  "build the collator with index_column")
             negatives, mask = self.hard_negatives.negatives(batch["sample_index"])
-        states = encoded["text_states"]
-        with torch.no_grad():
-            token_embeds = self.model.text_projection(states)  # A(i) of Eq. 5 in the joint space
         terms = self.objective(
-            encoded["image_embeds"], encoded["text_embeds"], encoded["logit_scale"], states, token_embeds,
+            encoded["image_embeds"], encoded["text_embeds"], encoded["logit_scale"], encoded["text_states"],
             text_token_mask(batch["input_ids"], batch.get("attention_mask"), self.eos_token_id),
-            encoded["teacher_states"], self.model.trim_refine, self.step, negatives, mask,
+            encoded["teacher_states"], encoded["refined_states"], self.step, negatives, mask,
         )
         if self.hard_negatives is not None and model.training:
             counts = self.hard_negatives.refresh(batch["sample_index"], encoded["image_embeds"].detach(),
