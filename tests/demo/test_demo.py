@@ -114,3 +114,20 @@ def test_missing_gradio_gives_the_install_command(monkeypatch, capsys):
     monkeypatch.setitem(__import__("sys").modules, "gradio", None)
     with pytest.raises(SystemExit, match=r'pip install "hf-longclip\[demo\]"'):
         cli.main(["demo", "--model", "org/x", "--images", "."])
+
+
+def test_search_curve_ends_at_the_top_score_and_refuses_empty_captions(files, himo, tmp_path):
+    from helpers.demo import CAPTION
+
+    from hf_longclip.demo.app import Demo, DemoModel, prefix_figure
+
+    demo = Demo([DemoModel(str(files["himo"]), *himo)], tmp_path)
+    assert demo.search(CAPTION, 3)[0].startswith("No image folder is indexed")
+    assert "8 images" in demo.index_folder(str(files["images"]))
+    assert demo.search(" \n ", 3) == ("Type a caption first: the search box is empty.", [[]], [])
+    status, [gallery], curve = demo.search(CAPTION, 3)
+    assert status.startswith("4 sentence(s).") and len(gallery) == 3
+    assert [point["sentences"] for point in curve] == [1, 2, 3, 4]  # one point per caption prefix
+    top_score = float(gallery[0][1].split(" · ")[1])
+    assert curve[-1]["similarity"] == pytest.approx(top_score, abs=1e-4)  # the last prefix is the whole caption
+    assert Image.open(prefix_figure(curve)).size[0] > 0

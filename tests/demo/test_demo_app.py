@@ -86,11 +86,7 @@ def test_serves_on_localhost_only_and_ranks_as_the_models_do(served):
         expected_names, expected_scores = direct_ranking(checkpoint, CAPTION, files["images"])
         assert names == expected_names[:TOP_K]
         torch.testing.assert_close(torch.tensor(scores), expected_scores[:TOP_K], atol=1e-4, rtol=0)
-    # one point per caption prefix and model; the last prefix is the whole caption: the top image's own score
-    points = curve["value"]["data"] if isinstance(curve, dict) and "value" in curve else curve["data"]
-    assert len(points) == 2 * 4
-    himo_last = [row for row in points if row[0] == "himo"][-1]
-    assert himo_last[2] == pytest.approx(gallery_names_and_scores(himo_gallery)[1][0], abs=1e-4)
+    assert Image.open(curve).size[0] > 0  # the prefix curve (its points: test_demo.py)
 
 
 def test_clear_messages_instead_of_errors(served):

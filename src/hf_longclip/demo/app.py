@@ -139,6 +139,19 @@ class Demo:
         return f"{len(sentences)} sentence(s) grounded.", str(path)
 
 
+def prefix_figure(curve: list[dict]) -> str | None:
+    """A PNG of `Demo.search`'s prefix curve (HiMo-CLIP Fig. 3's axes, one line per model), or None without points."""
+    if not curve:
+        return None
+    from ..plots import plot_prefix_similarity
+
+    lines: dict[str, list[float]] = {}
+    for point in curve:
+        lines.setdefault(point["model"], []).append(point["similarity"])
+    path = Path(tempfile.mkdtemp(prefix="hf-longclip-demo-")) / "prefixes.png"
+    return str(plot_prefix_similarity(lines, path, "each model's top image", "Similarity of each caption prefix"))
+
+
 def _prefix_sentences(caption: str) -> list[list[str]]:
     """The cumulative sentence prefixes of `caption` (HiMo@K's prefixes, HiMo-CLIP Sec. 4.2)."""
     sentences = split_sentences(caption)
@@ -163,12 +176,10 @@ def sentence_attention_maps(model, processor, image, sentences: list[str]) -> tu
 def build_app(demo: Demo, examples: list[str] = (), title: str = "hf-longclip: long captions, found and grounded"):
     """The gradio Blocks of `demo` (search tab; grounding tab when a model grounds)."""
     gr = require_gradio()
-    import pandas as pd
 
     def search(caption, k):
         status, galleries, curve = demo.search(caption, k)
-        frame = pd.DataFrame(curve or [], columns=["model", "sentences", "similarity"])
-        return status, *galleries, frame
+        return status, *galleries, prefix_figure(curve)
 
     def index_folder(folder, progress=gr.Progress(track_tqdm=True)):
         status = demo.index_folder(folder)
@@ -189,11 +200,11 @@ def build_app(demo: Demo, examples: list[str] = (), title: str = "hf-longclip: l
                     search_button = gr.Button("Search", variant="primary")
             search_status = gr.Markdown()
             with gr.Row():
-                galleries = [gr.Gallery(label=f"{entry.label} (cosine similarity)", columns=2, height=360)
+                galleries = [gr.Gallery(label=f"{entry.label} (cosine similarity)", columns=4, height=260,
+                                        object_fit="contain")
                              for entry in demo.models]
-            curve = gr.LinePlot(x="sentences", y="similarity", color="model", height=260,
-                                label="Similarity of each caption prefix with the model's top image",
-                                x_title="sentences of the caption", y_title="cosine similarity")
+            curve = gr.Image(label="Similarity of each caption prefix with the model's top image", type="filepath",
+                             height=320, show_label=True)
             if examples:
                 gr.Examples([[text] for text in examples], inputs=[caption], label="Captions of the folder")
         search_outputs = [search_status, *galleries, curve]
