@@ -1,7 +1,7 @@
 """`hf-longclip demo`'s image embedding pass: images per second of `build_index` over a folder of PNG files (read,
 preprocess, encode, written to the safetensors cache) against `encode_images` on the same images already decoded
 (the model alone, the baseline), and the time of a second pass served from the cache, at HiMo-CLIP's default sizes
-(CLIP ViT-B/16, random weights: speed does not depend on them), 224 px synthetic scenes.
+(CLIP ViT-B/32, random weights: speed does not depend on them), 224 px synthetic scenes.
 
     python benchmarks/bench_demo_index.py                  # wall clock
     python benchmarks/bench_demo_index.py --clock cpu      # CPU seconds of this process (a shared machine's load aside)
@@ -64,7 +64,7 @@ def main() -> None:
     seconds = compare(candidates, args.repeats, warmup=1, clock=clock)
     result = {
         "date": time.strftime("%Y-%m-%d"), "clock": args.clock, "threads": args.threads, "images": args.images,
-        "image_size": 224, "model": "HiMoCLIPModel(HiMoCLIPConfig()): CLIP ViT-B/16 sizes",
+        "image_size": 224, "model": "HiMoCLIPModel(HiMoCLIPConfig()): CLIP ViT-B/32 sizes",
         "batch_size": args.batch_size, "seconds": seconds,
         "images_per_second": {name: args.images / value for name, value in seconds.items()},
         "first_pass_over_encode_decoded": seconds["index_first_pass"] / seconds["encode_decoded"],
