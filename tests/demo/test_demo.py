@@ -131,3 +131,26 @@ def test_search_curve_ends_at_the_top_score_and_refuses_empty_captions(files, hi
     top_score = float(gallery[0][1].split(" · ")[1])
     assert curve[-1]["similarity"] == pytest.approx(top_score, abs=1e-4)  # the last prefix is the whole caption
     assert Image.open(prefix_figure(curve)).size[0] > 0
+
+
+@pytest.mark.parametrize("row", ["fcast", "flair"])
+def test_one_attention_map_per_sentence_over_the_image_shown(row):
+    from helpers.fcast import random_images, tiny_fcast
+    from helpers.fcast import tiny_processor as fcast_processor
+
+    from hf_longclip.demo.app import sentence_attention_maps
+
+    model, processor = tiny_fcast(row=row).eval(), fcast_processor()
+    sentences = ["A red circle is on the left.", "A blue square is at the top.", "The ground is plain."]
+    shown, maps = sentence_attention_maps(model, processor, random_images(1)[0], sentences)
+    assert shown.dtype.name == "uint8" and shown.shape == (32, 32, 3) and len(maps) == 3
+    for heat in maps:
+        assert heat.shape == (32, 32) and heat.min() >= 0
+        if row == "flair":  # a ViT's patches carry the attention straight to the pixels; CAST's soft assignments
+            assert heat.sum() == pytest.approx(1.0, abs=1e-4)  # need not keep its mass (segments_to_pixels)
+    # the image shown is the processor's pixels, un-normalised
+    pixels = processor(images=random_images(1))["pixel_values"][0]
+    mean, std = (torch.tensor(v).view(3, 1, 1) for v in (processor.image_processor.image_mean,
+                                                         processor.image_processor.image_std))
+    expected = ((pixels * std + mean).clamp(0, 1).permute(1, 2, 0) * 255).round()
+    assert torch.equal(torch.from_numpy(shown).float(), expected)

@@ -21,6 +21,7 @@ from .index import ImageIndex, build_index, example_captions, list_images, read_
 INSTALL_HINT = 'the demo needs gradio: pip install "hf-longclip[demo]"'
 DEFAULT_TOP_K = 4
 MAX_TOP_K = 32
+MAX_FOLDER_CHOICES = 500  # images of the folder listed in the grounding tab (a 100k-image list would stall the page)
 
 
 def require_gradio():
@@ -237,7 +238,8 @@ def build_app(demo: Demo, examples: list[str] = (), title: str = "hf-longclip: l
 
 def _folder_choices(demo: Demo) -> list[tuple[str, str]]:
     index = demo.models[0].index if demo.models else None
-    return [] if index is None else [(path.relative_to(index.root).as_posix(), str(path)) for path in index.paths]
+    paths = [] if index is None else index.paths[:MAX_FOLDER_CHOICES]
+    return [(path.relative_to(index.root).as_posix(), str(path)) for path in paths]
 
 
 def _folder_status(demo: Demo) -> str:
