@@ -142,6 +142,35 @@ def _export_onnx(args: argparse.Namespace) -> None:
         print(f"wrote {path} ({tower} tower)")
 
 
+def _demo(args: argparse.Namespace) -> None:
+    from hf_longclip.demo.app import require_gradio
+
+    try:
+        require_gradio()
+    except ImportError as error:  # one line with the install command, not a traceback
+        raise SystemExit(f"hf-longclip: error: {error}") from None
+    if args.write_space:
+        from hf_longclip.demo.space import write_space
+
+        for path in write_space(args.write_space, args.model or [], args.images, args.dataset, args.data_dir,
+                                args.trust_remote_code):
+            print(f"wrote {path}")
+        return
+    from hf_longclip.demo.app import main_job_checkpoints, run_demo
+
+    if args.model is None and args.images is None and args.dataset is None:
+        models, dataset, trust = main_job_checkpoints(), "synthetic", True  # the main job's own checkpoints
+    elif args.model is None or (args.images is None) == (args.dataset is None):
+        raise ValueError("pass --model PATH_OR_HUB_ID (repeatable) and one of --images DIR or --dataset NAME (or "
+                         "nothing, to serve outputs/himo/'s checkpoints over the synthetic test scenes)")
+    else:
+        models, dataset, trust = args.model, args.dataset, args.trust_remote_code
+    if args.dataset not in (None, "synthetic") and args.data_dir is None:
+        raise ValueError(f"--data-dir is required for the {args.dataset!r} benchmark")
+    run_demo(models, args.images, dataset, args.data_dir, trust, args.port, args.share, args.cache_dir, args.device,
+             args.batch_size)
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Keeps the epilog's lines; appends "(default: ...)" to an option's help unless it already tells its default
     (or the option is required)."""
@@ -271,6 +300,28 @@ def build_parser() -> argparse.ArgumentParser:
     onnx.add_argument("--trust-remote-code", action="store_true",
                       help="let a checkpoint that needs code of its own run it in this process (default: off)")
     onnx.set_defaults(run=_export_onnx)
+
+    demo = add_command("demo", "serve a long-caption search and grounding app on this computer (docs/demo.md; "
+                               "needs hf-longclip[demo]); without arguments: outputs/himo/'s checkpoints over the "
+                               "synthetic test scenes")
+    demo.add_argument("--model", action="append", help="checkpoint directory or Hub id; repeat it to compare models "
+                                                        "side by side")
+    source = demo.add_mutually_exclusive_group()
+    source.add_argument("--images", help="folder of images to search (subfolders included)")
+    source.add_argument("--dataset", type=_dataset_name, help="search a benchmark's images instead (as in eval)")
+    demo.add_argument("--data-dir", help="the benchmark's files (for synthetic: its cache directory)")
+    demo.add_argument("--trust-remote-code", action="store_true",
+                      help="let a checkpoint that needs code of its own run it in this process (default: off)")
+    demo.add_argument("--port", type=_positive_int, help="port on 127.0.0.1 (default: gradio's, 7860 or the next "
+                                                         "free one)")
+    demo.add_argument("--share", action="store_true", help="also open a public gradio.live link (default: off)")
+    demo.add_argument("--cache-dir", type=Path, help="where image embeddings are cached (default: "
+                                                    "~/.cache/hf_longclip/demo)")
+    demo.add_argument("--batch-size", type=_positive_int, default=32, help="images encoded per forward pass")
+    demo.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    demo.add_argument("--write-space", type=Path, metavar="DIR", help="write a Hugging Face Space (app.py, "
+                      "requirements.txt, README.md) running this app with the --model Hub ids, and exit")
+    demo.set_defaults(run=_demo)
     return parser
 
 
