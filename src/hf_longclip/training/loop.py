@@ -45,7 +45,7 @@ from .checkpoint import (
     write_atomic_directory,
 )
 from .gradient_cache import cached_backward
-from .optimizer import parameter_groups
+from .optimizer import lock_towers, parameter_groups
 from .streaming import StreamedBatches
 from .task import Task, sum_of_terms
 
@@ -205,6 +205,7 @@ def train(
                          "not ZeRO-3 (its objective uses parameters outside the forward)")
     set_seed(args.seed)
     model = task.model
+    lock_towers(model, args)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     optimizer = torch.optim.AdamW(
