@@ -151,7 +151,8 @@ def _export_onnx(args: argparse.Namespace) -> None:
 
     model, processor = load_model(args.model, device="cpu", trust_remote_code=args.trust_remote_code)
     for tower, path in export_onnx(model, processor, args.output_dir).items():
-        print(f"wrote {path} ({tower} tower)")
+        print(f"wrote {path} ({tower} tower, its weights in {path.name}.data)")
+    print(f"wrote the processor ({type(processor).__name__}) to {args.output_dir}/")
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
