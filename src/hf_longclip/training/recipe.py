@@ -141,10 +141,24 @@ def start_run(name: str, script_arguments: type, defaults: Mapping[str, Any], ba
     script_args, loop_args, lora_args, hub_args = parsed[0], *parsed[-3:]
     backbone_args = parsed[1] if backbone else None
     accelerator = make_accelerator(loop_args)
+    if backbone_args is not None:
+        warn_synthetic_fine_tuning(backbone_args.init_from_clip, loop_args)
     run_args = {key: value for group in parsed for key, value in asdict(group).items()}
     check_output_dir(loop_args, run_signature(loop_args, accelerator.num_processes, run_args)["run"])
     accelerator.init_trackers(name, config=run_args)
     return script_args, backbone_args, loop_args, lora_args, hub_args, accelerator, run_args
+
+
+def warn_synthetic_fine_tuning(pretrained: str | None, loop_args: LoopArguments) -> None:
+    """Say loudly (a warning) when a pretrained model (`pretrained`: the script's --init_from_clip, --base_checkpoint
+    or --init_from_checkpoint) is given without --train_shards: the script then fine-tunes it on its synthetic scenes
+    with its demo hyperparameters and evaluates it on them."""
+    if pretrained and not loop_args.train_shards:
+        logger.warning(
+            f"{pretrained} will be fine-tuned on the SYNTHETIC SCENES (small rendered shapes with generated "
+            f"captions), with this script's demo hyperparameters, and evaluated on them: a check of the pipeline, not "
+            f"a useful model. For your own data: `hf-longclip shard my.csv shards/`, then --train_shards "
+            f"'shards/{{00000..N}}.tar' with the paper's hyperparameters (docs/training.md)", main_process_only=True)
 
 
 def check_output_dir(loop_args: LoopArguments, run_signature_part: dict) -> None:
