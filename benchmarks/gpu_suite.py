@@ -32,6 +32,8 @@ Configurations (`--configs` takes names or ids such as `himo/compile`; `--modes 
                       flat 12-block text encoder, FLAIR's loss), 8 sub-captions of 77 tokens per image
     text_features     forward of OneLIP's RoPE text encoder (OneLIPTextModel) against transformers' CLIPTextModel,
                       248 tokens, bf16, inference mode: the throughput ratio
+    flair_scoring     FLAIR's text-conditioned retrieval scoring (`hf_longclip.evaluation.scoring.pooled_scores`):
+                      a batch of images' 196 tokens against 1,024 texts, every pair pooled; pairs/s
 
 Targets of the issue, printed at the end from this run's numbers (ratios of per-sample step times, each mode):
     HiMo / CLIP-248 <= 1.05, OneLIP / CLIP-248 <= 1.3, DITM / CLIP-248 <= 1.2, F-CAST / FLAIR <= 1.0,
@@ -124,6 +126,9 @@ from hf_longclip.models.onelip.configuration_onelip import OneLIPTextConfig  # n
 from hf_longclip.models.onelip.modeling_onelip import OneLIPTextModel  # noqa: E402
 from hf_longclip.models.cast.task import ClassificationTask  # noqa: E402
 from hf_longclip.models.ditm.task import DITMTask  # noqa: E402
+from hf_longclip.evaluation.scoring import PAIRS_PER_CHUNK, pooled_scores  # noqa: E402
+from hf_longclip.models.fcast.convert_flair import FLAIR_POOL_HEADS  # noqa: E402
+from hf_longclip.models.fcast.pooling import AttentionPool  # noqa: E402
 from hf_longclip.models.fcast.task import FCASTTask  # noqa: E402
 from hf_longclip.models.himo_clip.task import HiMoCLIPTask  # noqa: E402
 from hf_longclip.models.onelip.task import OneLIPTask  # noqa: E402
@@ -446,10 +451,14 @@ DESCRIPTIONS = {
     "flair": "FLAIR: ViT-B/16, flat 12-block text encoder, FLAIR's loss, 8 x 77-token sub-captions",
     "fcast": "F-CAST: CAST-B, text 8 + 4 blocks over 4 chunks, two-level loss, 8 x 77-token sub-captions",
     "text_features": "forward of OneLIPTextModel (RoPE) and of CLIPTextModel, 248 tokens, inference",
+    "flair_scoring": "FLAIR's conditioned retrieval scoring: images x 1,024 texts, every pair pooled, inference",
 }
 TEXT_FEATURES = "text_features"
-NAMES = (*TRAINING, TEXT_FEATURES)
-COMPILE_ORDER = ("clip248", "himo", TEXT_FEATURES, "onelip", "ditm", "flair", "fcast", "cast", "clip77", "onelip_hnm")
+FLAIR_SCORING = "flair_scoring"
+SCORING_TEXTS = 1024  # texts every image of a batch is scored against, conditioned on each
+NAMES = (*TRAINING, TEXT_FEATURES, FLAIR_SCORING)
+COMPILE_ORDER = ("clip248", "himo", TEXT_FEATURES, "onelip", "ditm", "flair", "fcast", "cast", "clip77", "onelip_hnm",
+                 FLAIR_SCORING)
 RATIOS = (  # (label, numerator, denominator, target): per-sample step times of one mode
     ("HiMo / CLIP-248 step", "himo", "clip248", 1.05),
     ("OneLIP / CLIP-248 step", "onelip", "clip248", 1.3),
@@ -740,6 +749,36 @@ class Suite:
             entry["profile"] = self.capture_profile(entry["id"], run.calls["onelip_text"])
         return entry
 
+    def run_flair_scoring(self, compiled: bool) -> dict:
+        """`pooled_scores` (FLAIR's pooling block, projection width, 8 heads) of a batch of images' grounding tokens
+        against SCORING_TEXTS texts, every pair, in the library's blocks; bf16 autocast, inference mode. Its
+        samples/s are images/s; `pairs_per_s` multiplies them by the texts."""
+        torch.manual_seed(0)
+        width, tokens = self.sizes.projection_dim, self.sizes.num_segments
+        with self.device:
+            pool = AttentionPool(width, FLAIR_POOL_HEADS, width, value_norm=True, zero_attention=True).eval()
+        scorer = types.SimpleNamespace(grounding_pool=self.compile(pool) if compiled else pool)
+        queries = self.data.unit_vectors(SCORING_TEXTS, width) * 10  # unnormalised, as the text tower gives them
+        units = F.normalize(queries, dim=-1)
+        every = torch.arange(SCORING_TEXTS, device=self.device)
+
+        def score(image_tokens: torch.Tensor, module) -> None:
+            with torch.inference_mode(), self.autocast():
+                pooled_scores(module, image_tokens, None, queries, units, every.expand(len(image_tokens), -1),
+                              PAIRS_PER_CHUNK)
+
+        run = self.measure(FLAIR_SCORING, compiled, lambda batch: self.data.unit_vectors(batch, tokens, width),
+                           lambda image_tokens: {"score": lambda: score(image_tokens, scorer)})
+        flops_key = (FLAIR_SCORING, run.batch_size)
+        if flops_key not in self.flops:
+            eager = types.SimpleNamespace(grounding_pool=pool)
+            self.flops[flops_key] = self.count_flops(lambda: score(run.inputs, eager))
+        entry = self.entry(FLAIR_SCORING, compiled, run, run.times["score"], self.flops[flops_key])
+        entry.update(self.count_syncs(run.calls["score"]), texts=SCORING_TEXTS, pairs_per_chunk=PAIRS_PER_CHUNK,
+                     pairs_per_s=entry["samples_per_s"] * SCORING_TEXTS,
+                     note=f"images/s against {SCORING_TEXTS} texts; pairs_per_s = images/s x texts")
+        return entry
+
     def entry(self, name: str, compiled: bool, run: Measurement, times: list[float], flops: int | None) -> dict:
         step = statistics.median(times)
         return {"id": config_id(name, compiled), "name": name, "mode": mode_name(compiled),
@@ -766,6 +805,8 @@ class Suite:
                 with deadline(left):
                     if name == TEXT_FEATURES:
                         entry = self.run_text_features(mode == "compile")
+                    elif name == FLAIR_SCORING:
+                        entry = self.run_flair_scoring(mode == "compile")
                     else:
                         entry = self.run_training(name, mode == "compile")
                 entry["status"] = "ok"

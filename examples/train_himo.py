@@ -4,6 +4,7 @@ them on long captions; or run one of the paper's ablations.
     accelerate launch examples/train_himo.py                       # the paper's setting in miniature, CPU, minutes
     accelerate launch examples/train_himo.py --seeds 0,1,2         # the same over 3 seeds: mean +- std per cell
     accelerate launch examples/train_himo.py --ablation table5     # Table 5 (also table4, table6, table8)
+    accelerate launch examples/train_himo.py --recipe released     # MoLo as the official code trains it
     accelerate launch examples/train_himo.py --init_from_clip openai/clip-vit-large-patch14 ...
 
 The paper fine-tunes a pretrained short-caption CLIP. Without `--init_from_clip`, that CLIP is a small CLIP-77
@@ -13,7 +14,14 @@ every variant from scratch instead). Each variant then starts from it and is tra
 steps and optimiser) with its own objective:
   clip-77    77 text positions, global InfoNCE only
   clip-248   Long-CLIP stretching to 248 positions, global InfoNCE only
+  longclip   Long-CLIP's own recipe (248 positions, rows 0-19 frozen): long-caption InfoNCE + the first sentence
+             against the images' first `--pca_components` principal components, label smoothing 0.1
   himo-clip  248 positions, MoLo = global + lambda * HiDe component InfoNCE (HiMo-CLIP Eq. 4)
+  himo-clip-released  (not in the default list) MoLo with the official code's recipe (`--recipe released`)
+`--recipe` sets MoLo's options together: `paper` (Eq. 1-4 as written, the default) or `released` (HiDe per process,
+its reconstruction not re-normalised, gathers without gradient, label smoothing 0.1); `--hide_tau`, `--molo_lambda`,
+`--hide_scope`, `--label_smoothing`, `--normalize_components` and `--gather_grad` given explicitly override it
+(`--label_smoothing` also Long-CLIP's 0.1).
 `--ablation` trains, in the same setting, the rows of one of the paper's ablation tables instead (248 positions):
   table5  L_global; L_comp alone; L_global + L_comp^{u,v} (HiDe on both modalities); L_global + L_comp
   table4  HiDe threshold tau in 0.8, 0.85, 0.9, 0.95 (with m, the mean number of components kept)
@@ -53,15 +61,18 @@ from hf_longclip.training.recipe import (
     start_run,
     train_variants,
 )
-from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+from hf_longclip.models.himo_clip.task import RECIPES, FirstSentenceCollator, HiMoCLIPTask, LongCLIPTask
 from hf_longclip.training.task import saved_options
 
 BASE = "clip-77-base"
-VARIANTS = {  # name: (text positions, MoLo options over the script's defaults)
+VARIANTS = {  # name: (text positions, MoLo options over the script's, or Long-CLIP's objective)
     "clip-77": (77, dict(molo_lambda=0.0)),
     "clip-248": (248, dict(molo_lambda=0.0)),
+    "longclip": (248, dict(objective="longclip")),
     "himo-clip": (248, {}),
+    "himo-clip-released": (248, dict(recipe="released")),
 }
+MOLO_OPTIONS = ("hide_tau", "molo_lambda", "hide_scope", "label_smoothing", "normalize_components", "gather_grad")
 ABLATIONS = {  # table: {row: MoLo options, or the global batch as a multiple of the default}
     "table5": {"L_global": dict(molo_lambda=0.0), "L_comp": dict(molo_global=False),
                "L_global+L_comp^uv": dict(hide_modalities="both"), "L_global+L_comp": {}},
@@ -76,11 +87,25 @@ LOOP_DEFAULTS = dict(output_dir="outputs/himo", num_train_epochs=2.5)
 
 @dataclass
 class ScriptArguments:
-    variants: str = field(default="clip-77,clip-248,himo-clip", metadata={"help": f"comma list of {list(VARIANTS)}"})
+    variants: str = field(default="clip-77,clip-248,longclip,himo-clip",
+                          metadata={"help": f"comma list of {list(VARIANTS)}"})
     ablation: str | None = field(default=None, metadata={"help": f"train one ablation's rows instead: {list(ABLATIONS)}"})
-    hide_tau: float = field(default=0.9, metadata={"help": "HiDe explained-variance threshold (Sec. 3.2)"})
-    molo_lambda: float = field(default=1.0, metadata={"help": "MoLo component-loss weight (Eq. 4)"})
-    hide_scope: str = field(default="global", metadata={"help": "'global' (gathered batch) or 'local' PCA"})
+    recipe: str = field(default="paper", metadata={"help": f"MoLo's preset, one of {list(RECIPES)}: 'paper' (Eq. "
+                                                           "1-4) or 'released' (the official code's); the options "
+                                                           "below given explicitly override it"})
+    hide_tau: float | None = field(default=None, metadata={"help": "HiDe explained-variance threshold (Sec. 3.2; "
+                                                                   "both recipes: 0.9)"})
+    molo_lambda: float | None = field(default=None, metadata={"help": "MoLo component-loss weight (Eq. 4; both: 1)"})
+    hide_scope: str | None = field(default=None, metadata={"help": "'global' (gathered batch, paper) or 'local' "
+                                                                   "(per process, released) PCA"})
+    label_smoothing: float | None = field(default=None, metadata={
+        "help": "of every cross-entropy (paper: 0; released and Long-CLIP's recipe: 0.1)"})
+    normalize_components: bool | None = field(default=None, metadata={
+        "help": "re-normalise HiDe's components (paper: true; released: false, the reconstruction as it is)"})
+    gather_grad: bool | None = field(default=None, metadata={
+        "help": "gathered features carry gradient (paper: true; released: false, a plain all_gather)"})
+    pca_components: int = field(default=32, metadata={"help": "longclip: principal components of the images "
+                                                                "matched to the first sentences (Long-CLIP: 32)"})
     dataset_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (images and captions)"})
     num_train: int = field(default=4000, metadata={"help": "synthetic training scenes"})
     num_test: int = field(default=512, metadata={"help": "synthetic test scenes, for the final evaluation"})
@@ -88,6 +113,12 @@ class ScriptArguments:
     def __post_init__(self):
         if self.ablation is not None and self.ablation not in ABLATIONS:
             raise ValueError(f"--ablation must be one of {list(ABLATIONS)}, got {self.ablation!r}")
+        if self.recipe not in RECIPES:
+            raise ValueError(f"--recipe must be one of {list(RECIPES)}, got {self.recipe!r}")
+
+    def hide_tau_or_preset(self) -> float:
+        """HiDe's threshold of this run (`--hide_tau`, else the recipe's)."""
+        return self.hide_tau if self.hide_tau is not None else RECIPES[self.recipe]["hide_tau"]
 
     def rows(self) -> dict[str, tuple[int, dict]]:
         """{variant: (text positions, options)} of this run: the chosen variants, or the ablation's rows."""
@@ -98,8 +129,7 @@ class ScriptArguments:
 
 def build(args: ScriptArguments, backbone: BackboneArguments, dataset, positions: int, options: dict,
           seed: int) -> tuple[HiMoCLIPTask, HiMoCLIPProcessor]:
-    defaults = dict(hide_tau=args.hide_tau, molo_lambda=args.molo_lambda, hide_scope=args.hide_scope)
-    options = {**defaults, **{key: value for key, value in options.items() if key != "batch_factor"}}
+    options = {key: value for key, value in options.items() if key != "batch_factor"}
     set_seed(seed)  # identical initialisation for every variant
     tokenizer, image_processor = backbone.processor_parts(dataset, positions)
     if backbone.init_from_clip:
@@ -108,7 +138,11 @@ def build(args: ScriptArguments, backbone: BackboneArguments, dataset, positions
     else:
         model = HiMoCLIPModel(HiMoCLIPConfig(**backbone.scratch_towers(tokenizer, positions)))
     processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=positions)
-    return HiMoCLIPTask(model, ImageTextCollator(processor), **options), processor
+    if options.pop("objective", None) == "longclip":
+        smoothing = {} if args.label_smoothing is None else dict(label_smoothing=args.label_smoothing)
+        return LongCLIPTask(model, FirstSentenceCollator(processor), args.pca_components, **smoothing), processor
+    given = {name: getattr(args, name) for name in MOLO_OPTIONS if getattr(args, name) is not None}
+    return HiMoCLIPTask(model, ImageTextCollator(processor), **{"recipe": args.recipe, **given, **options}), processor
 
 
 def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArguments, lora_args, hub_args,
@@ -120,7 +154,7 @@ def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArgum
 
     def evaluate(model, processor):
         return evaluate_long_captions(model, processor, dataset["test"], batch_size,
-                                      hide_tau=saved_options(model).get("hide_tau", args.hide_tau),
+                                      hide_tau=saved_options(model).get("hide_tau", args.hide_tau_or_preset()),
                                       hide_batch_size=global_batch)
 
     results, histories, given_base = {}, {}, backbone.init_from_clip

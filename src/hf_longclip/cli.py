@@ -46,7 +46,8 @@ def _eval(args: argparse.Namespace) -> None:
     try:
         report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split,
                                 args.max_samples, args.tasks, args.batch_size, args.device,
-                                trust_remote_code=args.trust_remote_code)
+                                trust_remote_code=args.trust_remote_code, scoring=args.scoring, topk=args.topk,
+                                protocol=args.protocol)
     except ValueError as error:
         if "trust_remote_code" not in str(error):
             raise
@@ -108,12 +109,14 @@ def _dataset_name(value: str) -> str:
 
 
 def _eval_epilog() -> list[str]:
-    from hf_longclip.data.benchmarks import describe_benchmarks
+    from hf_longclip.data.benchmarks import describe_benchmarks, describe_protocols
     from hf_longclip.evaluation.tasks import describe_tasks
 
     return ["tasks (each runs where the rows carry its columns):", *(f"  {line}" for line in describe_tasks()),
             "", "benchmarks read from --data-dir (besides synthetic):",
-            *(f"  {line}" for line in describe_benchmarks())]
+            *(f"  {line}" for line in describe_benchmarks()),
+            "", "protocols (--protocol) and the tree each expects under --data-dir (docs/evaluation.md):",
+            *(f"  {line}" for line in describe_protocols())]
 
 
 def _format_name(value: str) -> str:
@@ -178,6 +181,21 @@ def _task_list(value: str) -> list[str] | None:
     return tasks or None
 
 
+def _scoring_mode(value: str) -> str:
+    """`--scoring`: a mode of `hf_longclip.evaluation.scoring.SCORING_MODES`."""
+    from hf_longclip.evaluation.scoring import SCORING_MODES
+
+    if value not in SCORING_MODES:
+        raise argparse.ArgumentTypeError(f"unknown scoring {value!r}; choose among {', '.join(SCORING_MODES)}")
+    return value
+
+
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-longclip", description=__doc__, formatter_class=_HelpFormatter)
     debug = dict(action="store_true", help="on an error, show the full traceback instead of a one-line message "
@@ -211,11 +229,20 @@ def build_parser() -> argparse.ArgumentParser:
                           help="benchmark to evaluate on: synthetic or one listed below (required)")
     evaluate.add_argument("--data-dir", help="the benchmark's files, required except for synthetic (for synthetic: "
                                              "its cache directory; default: the datasets cache)")
+    evaluate.add_argument("--protocol", help="how the benchmark's files are laid out and read, each the one of a "
+                                             "paper's evaluation code, e.g. --dataset coco --protocol longclip "
+                                             "(default: the benchmark's first protocol; all listed below)")
     evaluate.add_argument("--split", help="split to evaluate (default: the benchmark's evaluation split)")
     evaluate.add_argument("--max-samples", type=int, help="evaluate the first N samples only (default: all)")
     evaluate.add_argument("--tasks", type=_task_list,
                           help="comma list of the tasks listed below (default: all the data supports)")
     evaluate.add_argument("--batch-size", type=int, default=64, help="images or texts encoded per forward pass")
+    evaluate.add_argument("--scoring", type=_scoring_mode, default="global",
+                          help="how retrieval scores a pair: global (default): the global embeddings (every model); "
+                               "conditioned: the image pooled once per text (FLAIR, F-CAST); conditioned-topk: the "
+                               "global ranking, then each image's --topk texts re-scored conditioned")
+    evaluate.add_argument("--topk", type=_positive_int, default=128,
+                          help="texts re-scored per image with --scoring conditioned-topk (default 128)")
     evaluate.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     evaluate.add_argument("--output-dir", type=Path, default=Path("outputs/eval"),
                           help="where report.json and the plots go (outputs/ is git-ignored)")
@@ -283,8 +310,10 @@ def main(argv: list[str] | None = None) -> None:
     except USER_ERRORS as err:
         if args.debug:
             raise
-        message = " ".join(str(err).split()) or type(err).__name__
+        message = " ".join(str(getattr(err, "problem", err)).split()) or type(err).__name__
         print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        if getattr(err, "layout", None):  # a benchmark's missing file: the tree it expected, as is
+            print(err.layout, file=sys.stderr)
         sys.exit(2)
 
 

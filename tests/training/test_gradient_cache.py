@@ -1,9 +1,9 @@
 """Gradient caching (`--contrastive_batch_size`, `hf_longclip.training.gradient_cache`): one optimizer step on a
 contrastive batch of 64 encoded in chunks of 16 moves the weights exactly as one step on the batch of 64 in one piece,
-for every objective (HiMo-CLIP's MoLo with HiDe, OneLIP's three terms with its teacher and PO-HNM queues, DITM's
-triplet and ordering terms, F-CAST's part and whole sigmoid terms, FLAIR's, classification), in one process and under
-2-process DDP and DeepSpeed ZeRO-2 (this file is also the launched script); dropout is replayed in the second pass;
-BatchNorm statistics are updated once per chunk; the loop trains with it (a SIGKILLed cached run resuming exactly:
+for every objective (HiMo-CLIP's MoLo with HiDe, as in the paper and as released, Long-CLIP's, OneLIP's three terms
+with its teacher and PO-HNM queues, DITM's triplet and ordering terms, F-CAST's part and whole sigmoid terms, FLAIR's,
+classification), in one process and under 2-process DDP and DeepSpeed ZeRO-2 (this file is also the launched
+script); dropout is replayed in the second pass; BatchNorm statistics are updated once per chunk; the loop trains with it (a SIGKILLed cached run resuming exactly:
 test_train_scale.py).
 
 The step is SGD with a learning rate of 1e4: its weight change, lr x gradient, is then far above the weights' float32
@@ -41,6 +41,7 @@ from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.models.cast.task import ClassificationTask, ImageClassificationCollator
 from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator
 from hf_longclip.models.fcast.task import FCASTCollator
+from hf_longclip.models.himo_clip.task import FirstSentenceCollator, LongCLIPTask
 from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
 from hf_longclip.models.onelip.task import OneLIPTask
 from hf_longclip.training.arguments import LoopArguments
@@ -56,6 +57,19 @@ def _himo(directory: Path):
     rows = [{"image": image, "caption": f"{CAPTIONS[i % 4]} number {i}."} for i, image in
             enumerate(random_images(2 * BATCH))]
     return himo_task(tiny_himo(seed=0), ImageTextCollator(tiny_processor())), rows
+
+
+def _himo_released(directory: Path):
+    """MoLo with the official code's recipe: HiDe per process, components as reconstructed, gathers without gradient."""
+    task, rows = _himo(directory)
+    return himo_task(task.model, task.collate_fn, recipe="released"), rows
+
+
+def _longclip(directory: Path):
+    """Long-CLIP's objective: long captions and their first sentences, the images' first 8 principal components."""
+    rows = [{"image": image, "caption": f"{CAPTIONS[i % 4]} number {i}."} for i, image in
+            enumerate(random_images(2 * BATCH))]
+    return LongCLIPTask(tiny_himo(seed=0), FirstSentenceCollator(tiny_processor()), num_components=8), rows
 
 
 def _onelip(directory: Path):
@@ -114,8 +128,8 @@ def _classification(directory: Path):
     return ClassificationTask(model, collator), rows
 
 
-CASES = {"himo": _himo, "onelip": _onelip, "ditm": _ditm, "fcast": _fcast, "flair": _flair,
-         "classification": _classification}
+CASES = {"himo": _himo, "himo_released": _himo_released, "longclip": _longclip, "onelip": _onelip, "ditm": _ditm,
+         "fcast": _fcast, "flair": _flair, "classification": _classification}
 
 
 def one_step(name: str, accelerator, directory: Path, cached: bool) -> dict:

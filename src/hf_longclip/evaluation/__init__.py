@@ -3,8 +3,9 @@
     report = evaluate_dataset(model, processor, dataset)           # {task: metrics}, see `TASKS`
     hf-longclip eval --model PATH_OR_ID --dataset urban1k --data-dir data/Urban1k --output-dir eval/urban1k
 
-`encoding` (embeddings), `tasks` (what each task computes, the registry and `evaluate_dataset`), `loading` (the
-model `hf-longclip eval` reads) and `report` (`run_evaluation`, the command). A paper's own protocol lives beside its
+`encoding` (embeddings), `tasks` (what each task computes, the registry and `evaluate_dataset`), `scoring` (the
+retrieval task's scoring modes: global, or FLAIR's text-conditioned ones), `loading` (the model `hf-longclip eval`
+reads) and `report` (`run_evaluation`, the command). A paper's own protocol lives beside its
 model: `hf_longclip.models.<arch>.evaluation`.
 """
 

@@ -43,20 +43,24 @@ def _text_inputs(model, processor, texts: list[str]):
 
 
 @torch.no_grad()
-def _encode(items, embed: Callable, batch_size: int, progress: bool, description: str) -> torch.Tensor:
-    """L2-normalised float32 embeddings of `items` (a list or a `datasets` column, read batch by batch so images
-    are decoded only when needed), `embed` applied to each batch."""
+def _encode(items, embed: Callable, batch_size: int, progress: bool, description: str,
+            normalize: bool = True) -> torch.Tensor:
+    """L2-normalised (unless `normalize=False`) float32 embeddings of `items` (a list or a `datasets` column, read
+    batch by batch so images are decoded only when needed), `embed` applied to each batch."""
     starts = tqdm(range(0, len(items), batch_size), desc=description, disable=not progress, leave=False)
-    return F.normalize(torch.cat([embed(list(items[i : i + batch_size])).float().cpu() for i in starts]), dim=-1)
+    embeddings = torch.cat([embed(list(items[i : i + batch_size])).float().cpu() for i in starts])
+    return F.normalize(embeddings, dim=-1) if normalize else embeddings
 
 
-def encode_texts(model, processor, texts: Sequence[str], batch_size: int = 128, progress: bool = False) -> torch.Tensor:
-    """L2-normalised text embeddings (CPU float32)."""
+def encode_texts(model, processor, texts: Sequence[str], batch_size: int = 128, progress: bool = False,
+                 normalize: bool = True) -> torch.Tensor:
+    """L2-normalised text embeddings (CPU float32); `normalize=False`: the model's `pooler_output` as it is (the
+    query of a text-conditioned pooling, which FLAIR gives unnormalised)."""
 
     def embed(batch):
         return model.get_text_features(**_text_inputs(model, processor, batch).to(model.device)).pooler_output
 
-    return _encode(texts, embed, batch_size, progress, "texts")
+    return _encode(texts, embed, batch_size, progress, "texts", normalize)
 
 
 def cached_text_encoder(model, processor, batch_size: int = 128, progress: bool = False) -> Callable:
@@ -77,13 +81,18 @@ def encode_images(model, processor, images, batch_size: int = 128, progress: boo
     """L2-normalised image embeddings (CPU float32); `images` is a list or a `datasets` image column. Each batch is
     converted to 8-bit RGB by `to_rgb_images` (16-bit images scaled, transparency composited onto white), the same
     conversion our processors apply, so a plain `CLIPProcessor` is given the same images."""
-    from ..modeling_common.images import to_rgb_images
 
     def embed(batch):
-        pixels = processor(images=to_rgb_images(batch), return_tensors="pt")
-        return model.get_image_features(**pixels.to(model.device)).pooler_output
+        return model.get_image_features(**image_inputs(model, processor, batch)).pooler_output
 
     return _encode(images, embed, batch_size, progress, "images")
+
+
+def image_inputs(model, processor, images: list):
+    """The processor's inputs of `images` (converted to 8-bit RGB by `to_rgb_images`) on the model's device."""
+    from ..modeling_common.images import to_rgb_images
+
+    return processor(images=to_rgb_images(images), return_tensors="pt").to(model.device)
 
 
 class ImageColumn:

@@ -12,22 +12,30 @@ from pathlib import Path
 from ..data.eval_datasets import check_data_dir, load_eval_dataset
 from ..plots import coverage, plot_prefix_similarity, plot_recalls
 from .loading import load_model
+from .scoring import DEFAULT_TOPK, check_scoring
 from .tasks import evaluate_dataset
 
 
 def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | None = None,
                    output_dir: str | Path = "eval", split: str | None = None, max_samples: int | None = None,
                    tasks: Sequence[str] | None = None, batch_size: int = 64, device: str | None = None,
-                   progress: bool = True, trust_remote_code: bool = False) -> dict:
+                   progress: bool = True, trust_remote_code: bool = False, protocol: str | None = None,
+                   scoring: str = "global", topk: int = DEFAULT_TOPK) -> dict:
     """Evaluate a model on a benchmark; write `report.json` and the plots into `output_dir`; return the report.
-    `trust_remote_code`: let a checkpoint that needs code of its own run it (`load_model`)."""
-    check_data_dir(dataset_name, data_dir)  # before the model loads: a missing argument fails at once
+    `trust_remote_code`: let a checkpoint that needs code of its own run it (`load_model`); `protocol`: the
+    benchmark's file layout and reading (`hf_longclip.data.benchmarks.BENCHMARKS[name].protocols`); `scoring` and
+    `topk`: the retrieval task's scoring mode (`hf_longclip.evaluation.scoring`). All three are recorded in the
+    report."""
+    protocol = check_data_dir(dataset_name, data_dir, protocol)  # before the model loads: fails at once
     model, processor = load_model(model_name_or_path, device, trust_remote_code)
+    check_scoring(model, scoring, topk)  # before the benchmark loads
     dataset, split, num_skipped, classnames, templates = load_eval_dataset(dataset_name, data_dir, split,
-                                                                           max_samples)
-    metrics = evaluate_dataset(model, processor, dataset, tasks, batch_size, progress, classnames, templates)
-    report = {"model": str(model_name_or_path), "dataset": dataset_name, "split": split, "num_samples": len(dataset),
-              "num_skipped_images": num_skipped, "metrics": metrics, "plots": []}
+                                                                           max_samples, protocol)
+    metrics = evaluate_dataset(model, processor, dataset, tasks, batch_size, progress, classnames, templates, scoring,
+                               topk)
+    report = {"model": str(model_name_or_path), "dataset": dataset_name, "protocol": protocol, "split": split,
+              "num_samples": len(dataset), "num_skipped_images": num_skipped, "scoring": scoring, "metrics": metrics,
+              "plots": []}
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     name = Path(str(model_name_or_path)).name

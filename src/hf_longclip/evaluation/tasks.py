@@ -42,6 +42,7 @@ from ..metrics.zero_shot import (
     zero_shot_classification,
 )
 from .encoding import ImageColumn, encode_images, encode_texts
+from .scoring import DEFAULT_TOPK, check_scoring, conditioned_retrieval_task
 
 
 def prefix_column(dataset) -> str:
@@ -225,9 +226,14 @@ class TaskInputs:
     progress: bool = False
     classnames: Sequence[str] | None = None
     templates: Sequence[str] = ("a photo of a {}.",)
+    scoring: str = "global"  # the retrieval task's scoring mode (`hf_longclip.evaluation.scoring.SCORING_MODES`)
+    topk: int = DEFAULT_TOPK  # texts re-scored per image by scoring "conditioned-topk"
 
 
 def run_retrieval(inputs: TaskInputs) -> dict:
+    if inputs.scoring != "global":
+        return conditioned_retrieval_task(inputs.model, inputs.processor, inputs.dataset, inputs.scoring,
+                                          inputs.topk, inputs.batch_size, inputs.progress)
     return retrieval_task(inputs.dataset, inputs.encode, inputs.image_embeds)
 
 
@@ -333,11 +339,17 @@ def evaluate_dataset(
     progress: bool = True,
     classnames: Sequence[str] | None = None,
     templates: Sequence[str] = ("a photo of a {}.",),
+    scoring: str = "global",
+    topk: int = DEFAULT_TOPK,
 ) -> dict[str, dict]:
     """Run every task of `tasks` (default: all the rows support, see `available_tasks`) and return their metrics.
 
     Zero-shot classification takes its `classnames` from the `label` column's ClassLabel names unless given.
+    `scoring` is the retrieval task's (`hf_longclip.evaluation.scoring`): "global" (every model), "conditioned" or
+    "conditioned-topk" with `topk` (a model with text-conditioned pooling: FLAIR, F-CAST); the other tasks score
+    globally.
     """
+    check_scoring(model, scoring, topk)
     supported = available_tasks(dataset)
     tasks = tuple(tasks) if tasks is not None else supported
     unknown = [task for task in tasks if task not in TASKS]
@@ -353,8 +365,10 @@ def evaluate_dataset(
         return encode_texts(model, processor, texts, batch_size, progress)
 
     image_embeds = None
-    if any(TASKS[task].uses_image_embeds for task in tasks):
+    conditioned = {"retrieval"} if scoring != "global" else set()  # encodes its images itself, with their tokens
+    if any(TASKS[task].uses_image_embeds for task in set(tasks) - conditioned):
         image_embeds = encode_images(model, processor, ImageColumn(dataset), batch_size, progress)
-    inputs = TaskInputs(model, processor, dataset, encode, image_embeds, batch_size, progress, classnames, templates)
+    inputs = TaskInputs(model, processor, dataset, encode, image_embeds, batch_size, progress, classnames, templates,
+                        scoring, topk)
     return {task: TASKS[task].runner(inputs) for task in tqdm(tasks, desc="tasks", disable=not progress)}
 

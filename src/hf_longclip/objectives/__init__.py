@@ -1,14 +1,18 @@
 """Losses shared by the models' objectives, in open_clip's `loss.py` style: pure functions over embeddings (gather
-with gradient across processes, InfoNCE, SigLIP's pairwise sigmoid loss; `losses.py`) and `ClipLoss`, a module
-returning named terms. Each model's own objective lives in its folder (`hf_longclip.models.<arch>.objective`) and is
-applied by its task to the model's outputs; the training loop logs every term.
+with gradient across processes, InfoNCE, SigLIP's pairwise sigmoid loss; `losses.py`) and the modules returning named
+terms that several models use (`ClipLoss`, `LongCLIPLoss`). Each model's own objective lives in its folder
+(`hf_longclip.models.<arch>.objective`) and is applied by its task to the model's outputs; the training loop logs
+every term.
 
 | objective | terms | paper |
 |---|---|---|
 | `ClipLoss` | contrastive_loss | CLIP InfoNCE over the gathered batch |
+| `LongCLIPLoss` | long_loss, short_loss | Long-CLIP: long-caption InfoNCE + short captions against the images' PCA |
 """
 
 from .clip import ClipLoss
+from .longclip import LongCLIPLoss, principal_component_reconstruction
 from .losses import check_paired_embeddings, contrastive_loss, gather_with_grad, sigmoid_loss
 
-__all__ = ["ClipLoss", "check_paired_embeddings", "contrastive_loss", "gather_with_grad", "sigmoid_loss"]
+__all__ = ["ClipLoss", "LongCLIPLoss", "check_paired_embeddings", "contrastive_loss", "gather_with_grad",
+           "principal_component_reconstruction", "sigmoid_loss"]

@@ -178,7 +178,8 @@ def test_config_defaults_and_task_options_validation():
         patch_size=16), projection_dim=8))
     assert not hasattr(model, "objective")  # the model holds no objective: its task does
     assert himo_task(model).options() == dict(hide_tau=0.9, molo_lambda=1.0, hide_scope="global", label_smoothing=0.0,
-                                              hide_modalities="text", molo_global=True)
+                                              hide_modalities="text", molo_global=True, normalize_components=True,
+                                              gather_grad=True)
     task = himo_task(model, hide_modalities="both", molo_global=False)
     assert (task.objective.modalities, task.objective.use_global) == ("both", False)
     assert (task.options()["hide_modalities"], task.options()["molo_global"]) == ("both", False)

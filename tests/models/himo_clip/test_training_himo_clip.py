@@ -33,7 +33,8 @@ def test_accelerate_launch_train_himo_end_to_end(tmp_path):
     assert "himo-clip step 1/3 {'loss'" in result.stderr  # the loop's records reach the log (info, main process)
 
     report = json.loads((tmp_path / "results.json").read_text())
-    assert list(report["results"]) == ["clip-77-base", "clip-77", "clip-248", "himo-clip"]
+    assert list(report["results"]) == ["clip-77-base", "clip-77", "clip-248", "longclip", "himo-clip"]
+    assert [set(h) >= {"long_loss", "short_loss"} for h in report["training"]["longclip"]] == [True] * 3
     for metrics in report["results"].values():
         assert 0 <= metrics["r1_i2t"] <= 100 and 0 <= metrics["himo@2"] <= 100
         assert -1 <= metrics["himo@k"] <= 1 and metrics["ssi"] >= 0

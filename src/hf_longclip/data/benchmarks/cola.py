@@ -15,7 +15,11 @@ COLA_JSONS = ("COLA_multiobjects_matching_benchmark.json", "cleaned_hardcontrast
 
 @_register("cola_multi", {"id": TEXT, "images": datasets.List(IMAGE, length=2),
                           "captions": datasets.List(TEXT, length=2)}, ("val",),
-           "COLA multi-object matching: image pairs whose two captions swap attributes/objects")
+           "COLA multi-object matching: image pairs whose two captions swap attributes/objects",
+           protocol="official", protocol_description="COLA's multi-object json with its Visual Genome images",
+           layout="cola/                                        <- --data-dir\n"
+                  "  COLA_multiobjects_matching_benchmark.json   (or cleaned_hardcontrastive_val_unique.json)\n"
+                  "  images/<Visual Genome id>.jpg")
 def load_cola_multi(data_dir: PathLike, split: str | None = None, max_samples: int | None = None, *,
                     annotation_file: PathLike | None = None, image_root: PathLike | None = None,
                     num_workers: int | None = None) -> Benchmark:

@@ -12,6 +12,8 @@ from .records import _coco_id, _data_dir, _first_existing, _malformed, _read_csv
 from .registry import BASE_FEATURES, TEXTS, Benchmark, PathLike, _register
 
 CXC_SPLITS = ("test", "val")
+# Where the CxC csvs are looked for under the COCO folder: a clone (default name, or renamed cxc) or the bare files
+CXC_FOLDERS = ("Crisscrossed-Captions/data", "cxc/data", "cxc")
 # A CxC pair counts as a positive when its aggregated score (0-5) is at least this. STS and SITS: 3, the value the
 # brief of this evaluation and the CxC paper's retrieval protocol use; SIS: 2.5 (the paper lowers it for image pairs,
 # which rarely get high ratings: recalled from the paper, not verified against its text here). Override with
@@ -80,7 +82,11 @@ def _sentids(entry: dict, path: Path, index: int) -> list[int]:
 
 
 @_register("coco_cxc", CXC_FEATURES, CXC_SPLITS,
-           "MS-COCO Karpathy test/val with Crisscrossed Captions positives (I2T, T2I, T2T, I2I)")
+           "MS-COCO Karpathy test/val with Crisscrossed Captions positives (I2T, T2I, T2T, I2I)",
+           protocol="official", protocol_description="the Karpathy split with the google-research-datasets clone",
+           layout="coco/                       <- --data-dir\n  dataset_coco.json\n  val2014/\n"
+                  "  Crisscrossed-Captions/      the clone (or cxc/)\n"
+                  "    data/{sits,sts,sis}_test.csv   (and *_val.csv)")
 def load_coco_cxc(data_dir: PathLike, split: str | None = None, max_samples: int | None = None, *,
                   annotation_file: PathLike | None = None, image_root: PathLike | None = None,
                   cxc_dir: PathLike | None = None, thresholds: dict[str, float] | None = None,
@@ -89,9 +95,11 @@ def load_coco_cxc(data_dir: PathLike, split: str | None = None, max_samples: int
     Captions positives of each row (Parekh et al., EACL 2021; github.com/google-research-datasets/Crisscrossed-Captions).
 
     Layout: the `load_coco` files in ``data_dir`` and the CxC csvs (``sits_test.csv``, ``sts_test.csv``,
-    ``sis_test.csv``, or ``*_val.csv``) in ``cxc_dir`` (resolved against ``data_dir``; default ``data_dir/cxc``,
-    else ``data_dir/cxc/data``). CxC names a caption ``COCO_val2014:sentid:<Karpathy sentid>`` and an image by its
-    COCO file name ``COCO_val2014_<id>.jpg``; both are mapped onto the Karpathy rows by sentid / COCO id.
+    ``sis_test.csv``, or ``*_val.csv``) in ``cxc_dir`` (resolved against ``data_dir``; default: the first of
+    `CXC_FOLDERS` holding ``sits_<split>.csv``: the repository cloned as ``Crisscrossed-Captions/`` or ``cxc/``, its
+    ``data/`` folder, or the csvs directly in ``cxc/``). CxC names a caption ``COCO_val2014:sentid:<Karpathy
+    sentid>`` and an image by its COCO file name ``COCO_val2014_<id>.jpg``; both are mapped onto the Karpathy rows
+    by sentid / COCO id.
 
     Extra columns (beyond `load_coco`'s): ``image_id`` (the COCO id), ``sentids`` (the Karpathy sentid of each of
     ``captions``), ``cxc_images`` (COCO ids of the other images rated similar to this one: SIS score >=
@@ -113,8 +121,9 @@ def load_coco_cxc(data_dir: PathLike, split: str | None = None, max_samples: int
     if cxc_dir is not None:
         folder = _require_dir(root / cxc_dir, "Crisscrossed Captions folder ({sits,sts,sis}_<split>.csv)")
     else:
-        folder = _first_existing([root / "cxc", root / "cxc" / "data"],
-                                 "Crisscrossed Captions folder ({sits,sts,sis}_<split>.csv)", kind="dir")
+        candidates = [root / folder for folder in CXC_FOLDERS]
+        folder = _first_existing([candidate / f"sits_{split}.csv" for candidate in candidates],
+                                 f"Crisscrossed Captions ratings ({{sits,sts,sis}}_{split}.csv)").parent
     pairs = read_cxc(folder, split)
     similar_images: dict[int, set[int]] = {}
     for first, second, score in pairs["sis"]:

@@ -19,14 +19,19 @@ from .records import (
     _split,
     _text,
 )
-from .registry import BASE_FEATURES, TEXTS, Benchmark, PathLike, _register
+from .flair import FLAIR_FEATURES, load_flair_annotations
+from .registry import BASE_FEATURES, TEXTS, Benchmark, PathLike, _protocol, _register
 
 DOCCI_RELEASE = "docci_descriptions.jsonlines"
 DOCCI_TEST_SET = "test_set.jsonl"
 
 
 @_register("docci", BASE_FEATURES, ("test", "train", "qual_dev", "qual_test"),
-           "DOCCI: detailed human descriptions; test = the 5000-image test split")
+           "DOCCI: detailed human descriptions; test = the 5000-image test split", protocol="official",
+           protocol_description="DOCCI's release, or HiMo-CLIP's test_set.jsonl (its evaluation)",
+           layout="docci/                          <- --data-dir\n"
+                  "  docci_descriptions.jsonlines   the release (or test_set.jsonl: HiMo-CLIP's test records)\n"
+                  "  images/<example_id>.jpg        docci_images.tar.gz extracted")
 def load_docci(data_dir: PathLike, split: str | None = None, max_samples: int | None = None, *,
                annotation_file: PathLike | None = None, image_root: PathLike | None = None,
                num_workers: int | None = None) -> Benchmark:
@@ -70,7 +75,10 @@ HIMO_DOCCI_JSON = "himo_docci_data.json"
 
 
 @_register("himo_docci", {**BASE_FEATURES, "subtexts": TEXTS}, ("test",),
-           "HiMo-Docci: DOCCI test images with cumulative caption prefixes (HiMo@K)")
+           "HiMo-Docci: DOCCI test images with cumulative caption prefixes (HiMo@K)", protocol="himo",
+           protocol_description="HiMo-CLIP's eval/text_mono/himo_docci_data.json beside DOCCI's images",
+           layout="docci/                      <- --data-dir\n  himo_docci_data.json       JSON lines despite the "
+                  "name\n  images/<example_id>.jpg")
 def load_himo_docci(data_dir: PathLike, split: str | None = None, max_samples: int | None = None, *,
                     annotation_file: PathLike | None = None, image_root: PathLike | None = None,
                     num_workers: int | None = None) -> Benchmark:
@@ -101,3 +109,17 @@ def load_himo_docci(data_dir: PathLike, split: str | None = None, max_samples: i
         records.append(_Record((images / image,), _caption_row(Path(image).stem, caption, subtexts=subtexts)))
     return _build("himo_docci", records, load_himo_docci.features, split=split, source=path, image_root=images,
                   max_samples=max_samples, num_workers=num_workers)
+
+
+@_protocol("docci", "flair", FLAIR_FEATURES, ("test",),
+           "docci/                               <- --data-dir\n  images/test_<n>.jpg\n"
+           "  annotations/test_annotations.json    {\"annotations\": [{\"image_id\", \"image\", \"caption\"}]}",
+           "FLAIR's fine-grained captions of the 5k test images (ExplainableML/flair datasets/docci)")
+def load_docci_flair(data_dir: PathLike, split: str | None = None, max_samples: int | None = None, *,
+                     annotation_file: PathLike | None = None, image_root: PathLike | None = None,
+                     num_workers: int | None = None) -> Benchmark:
+    """DOCCI as FLAIR's fine-grained retrieval reads it: ``data_dir/annotations/test_annotations.json`` (copied
+    from ExplainableML/flair ``datasets/docci/annotations/``; several captions per ``image_id``) and DOCCI's images
+    in ``data_dir/images/``; read as `load_flair_annotations` (``read_docci_pairs`` of ``src/flair/data.py``)."""
+    return load_flair_annotations("docci", "flair", data_dir, split, max_samples, "annotations/test_annotations.json",
+                                  annotation_file, image_root, num_workers, load_docci_flair)

@@ -48,7 +48,7 @@ def _first_existing(candidates: Sequence[Path], what: str, kind: str = "file") -
         if check(candidate):
             return candidate
     expected = " or ".join(str(candidate) for candidate in candidates)
-    raise FileNotFoundError(f"{what}: {'file' if kind == 'file' else 'directory'} not found: {expected}")
+    raise FileNotFoundError(f"{what}: {'file' if kind == 'file' else 'directory'} not found, tried: {expected}")
 
 
 def _data_dir(data_dir: PathLike, what: str) -> Path:
@@ -61,12 +61,14 @@ def _annotation(data_dir: Path, override: PathLike | None, defaults: Sequence[st
     return _first_existing([data_dir / name for name in defaults], what)
 
 
-def _split(split: str | None, name: str) -> str:
-    spec = BENCHMARKS[name]
+def _split(split: str | None, name: str, protocol: str | None = None) -> str:
+    """``split`` checked against the splits of benchmark ``name``'s ``protocol`` (default: the first); None: the
+    first split."""
+    splits = BENCHMARKS[name].protocol(protocol).splits
     if split is None:
-        return spec.default_split
-    if split not in spec.splits:
-        raise ValueError(f"{name}: unknown split {split!r}; expected one of {', '.join(spec.splits)}")
+        return splits[0]
+    if split not in splits:
+        raise ValueError(f"{name}: unknown split {split!r}; expected one of {', '.join(splits)}")
     return split
 
 

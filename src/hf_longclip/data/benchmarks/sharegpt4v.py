@@ -22,7 +22,11 @@ SHAREGPT4V_JSON = "share-captioner_coco_lcs_sam_1246k_1107.json"
 
 
 @_register("sharegpt4v", BASE_FEATURES, ("test", "train"),
-           "ShareGPT4V long captions; test = the first 1000 records of the json (Long-CLIP's 1k split)")
+           "ShareGPT4V long captions; test = the first 1000 records of the json (Long-CLIP's 1k split)",
+           protocol="longclip", protocol_description="Long-CLIP's 1k split (also TULIP's and LoTLIP's)",
+           layout="sharegpt4v/                                     <- --data-dir (the image root)\n"
+                  "  share-captioner_coco_lcs_sam_1246k_1107.json\n"
+                  "  <record[\"image\"]>                             e.g. sam/images/sa_545504.jpg")
 def load_sharegpt4v(data_dir: PathLike, split: str | None = None, max_samples: int | None = None, *,
                     annotation_file: PathLike | None = None, image_root: PathLike | None = None,
                     num_workers: int | None = None) -> Benchmark:

@@ -97,14 +97,18 @@ class MoLoLoss(nn.Module):
     "L_comp" row).
 
     Takes this process's L2-normalised embeddings and the exponentiated logit scale. HiDe runs on the gathered
-    batch (`scope="global"`) or per process (`scope="local"`, as the official code); components are re-normalised,
-    so both terms use cosine similarity. `modalities="text"` decomposes the text embeddings only (the paper's
-    method); `"both"` decomposes the image embeddings too and aligns components with components (Table 5's
-    L_comp^{u,v}). Runs in float32 with autocast disabled.
+    batch (`scope="global"`) or per process (`scope="local"`, as the official code); components are re-normalised
+    (`normalize_components`, the paper's cosine similarity) or, as the official code scores them, taken as
+    reconstructed. `modalities="text"` decomposes the text embeddings only (the paper's method); `"both"`
+    decomposes the image embeddings too and aligns components with components (Table 5's L_comp^{u,v}).
+    `gather_grad=False` makes the gathered batch (this process's rows included) a constant, as the official code's
+    plain `dist.all_gather` does: the image->text cross-entropy then trains the image side only, text->image the
+    text side only. Runs in float32 with autocast disabled.
     """
 
     def __init__(self, tau: float = 0.9, weight: float = 1.0, scope: str = "global", label_smoothing: float = 0.0,
-                 modalities: str = "text", use_global: bool = True):
+                 modalities: str = "text", use_global: bool = True, normalize_components: bool = True,
+                 gather_grad: bool = True):
         super().__init__()
         if scope not in HIDE_SCOPES:
             raise ValueError(f"scope must be one of {HIDE_SCOPES}, got {scope!r}")
@@ -114,14 +118,23 @@ class MoLoLoss(nn.Module):
             raise ValueError("MoLo without its global term needs a component weight > 0: there would be no loss")
         self.tau, self.weight, self.scope, self.label_smoothing = tau, weight, scope, label_smoothing
         self.modalities, self.use_global = modalities, use_global
+        self.normalize_components, self.gather_grad = normalize_components, gather_grad
 
     def _components(self, local: torch.Tensor, gathered: torch.Tensor, offset: int) -> tuple[torch.Tensor, ...]:
-        """(this process's, the global batch's) re-normalised HiDe components of one modality."""
+        """(this process's, the global batch's) HiDe components of one modality, as scored (`_scored`)."""
         if self.scope == "global":
-            all_components = F.normalize(hide_components(gathered, self.tau), dim=-1)
+            all_components = self._scored(hide_components(gathered, self.tau))
             return all_components[offset : offset + local.shape[0]], all_components
-        components = F.normalize(hide_components(local, self.tau), dim=-1)
+        components = self._scored(hide_components(local, self.tau))
         return components, gather_with_grad(components)[0]
+
+    def _scored(self, components: torch.Tensor) -> torch.Tensor:
+        """HiDe's components as the similarities read them: re-normalised, or as reconstructed."""
+        return F.normalize(components, dim=-1) if self.normalize_components else components
+
+    def _negatives(self, gathered: torch.Tensor) -> torch.Tensor:
+        """The gathered batch as the cross-entropies read it: with gradient, or a constant (`gather_grad=False`)."""
+        return gathered if self.gather_grad else gathered.detach()
 
     def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor) -> dict:
         check_paired_embeddings(image_embeds, text_embeds)
@@ -134,14 +147,14 @@ class MoLoLoss(nn.Module):
             scale = logit_scale.float()
             terms = {}
             if self.use_global:
-                terms["global_loss"] = contrastive_loss(image, text, all_image, all_text, scale, offset,
-                                                        self.label_smoothing)
+                terms["global_loss"] = contrastive_loss(image, text, self._negatives(all_image),
+                                                        self._negatives(all_text), scale, offset, self.label_smoothing)
             if self.weight == 0:
                 return terms
             components, all_components = self._components(text, all_text, offset)
             if self.modalities == "both":
                 image, all_image = self._components(image, all_image, offset)
-            component_loss = contrastive_loss(image, components, all_image, all_components, scale, offset,
-                                              self.label_smoothing)
+            component_loss = contrastive_loss(image, components, self._negatives(all_image),
+                                              self._negatives(all_components), scale, offset, self.label_smoothing)
             terms["component_loss"] = self.weight * component_loss
             return terms
