@@ -47,6 +47,7 @@ from hf_longclip.training.recipe import (
     run_over_seeds,
     start_run,
     train_variants,
+    warn_synthetic_fine_tuning,
 )
 
 LOOP_DEFAULTS = dict(output_dir="outputs/cast", num_train_epochs=5.0, per_device_train_batch_size=64,
@@ -70,12 +71,18 @@ class ScriptArguments:
     num_train: int = field(default=2000, metadata={"help": "synthetic training scenes"})
     num_test: int = field(default=500, metadata={"help": "synthetic test scenes"})
     dataset_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes"})
+    init_from_checkpoint: str | None = field(default=None, metadata={
+        "help": "a CAST checkpoint (directory or Hub id: `hf-longclip convert cast` output, a CASTVisionModel or "
+                "CASTForImageClassification) to fine-tune with a new classifier head, instead of a CAST from "
+                "scratch; its configuration sets the model's shape and the superpixels (with --models cast)"})
 
     def __post_init__(self):
         self.model_list = [name.strip() for name in self.models.split(",") if name.strip()]
         unknown = sorted(set(self.model_list) - set(MODELS))
         if unknown or not self.model_list:
             raise ValueError(f"--models takes a comma list of {list(MODELS)}, got {self.models!r}")
+        if self.init_from_checkpoint and self.model_list != ["cast"]:
+            raise ValueError("--init_from_checkpoint fine-tunes a CAST checkpoint: pass --models cast")
         self.cluster_list = [int(n) for n in self.num_clusters.split(",")]
 
 
@@ -89,7 +96,10 @@ def build(name: str, args: ScriptArguments, processor: CASTImageProcessor):
     depth = len(args.cluster_list) + 1  # one block per CAST stage
     common = dict(hidden_size=args.hidden_size, num_attention_heads=args.num_attention_heads,
                   intermediate_size=4 * args.hidden_size, num_labels=len(SHAPES), hidden_act="gelu")
-    if name == "cast":
+    if name == "cast" and args.init_from_checkpoint:
+        model = CASTForImageClassification.from_pretrained(args.init_from_checkpoint, num_labels=len(SHAPES),
+                                                           ignore_mismatched_sizes=True)  # a new head
+    elif name == "cast":
         config = CASTVisionConfig(image_size=args.image_size, num_segments=processor.num_segments,
                                   depths=[1] * depth, num_clusters=args.cluster_list, **common)
         model = CASTForImageClassification(config)
@@ -146,8 +156,14 @@ def main() -> None:
     with accelerator.main_process_first():
         scenes = load_synthetic_scenes(seed=args.dataset_seed, num_train=args.num_train, num_test=args.num_test,
                                        num_validation=2, image_size=args.image_size)  # no validation split used
-    processor = CASTImageProcessor(size=args.image_size, num_segments=args.num_segments,
-                                   superpixel_method=args.superpixel_method)
+    warn_synthetic_fine_tuning(args.init_from_checkpoint, loop_args)
+    if args.init_from_checkpoint:  # the checkpoint's resolution and superpixels
+        config = CASTVisionConfig.from_pretrained(args.init_from_checkpoint)
+        processor = CASTImageProcessor(size=config.image_size, num_segments=config.num_segments,
+                                       superpixel_method=args.superpixel_method)
+    else:
+        processor = CASTImageProcessor(size=args.image_size, num_segments=args.num_segments,
+                                       superpixel_method=args.superpixel_method)
     run_over_seeds(accelerator, loop_args, hub_args,
                    lambda seed_args: run(args, seed_args, lora_args, hub_args, accelerator, run_args, scenes,
                                          processor),

@@ -47,6 +47,7 @@ from hf_longclip.training.recipe import (
     run_over_seeds,
     start_run,
     train_variants,
+    warn_synthetic_fine_tuning,
 )
 
 
@@ -67,7 +68,8 @@ VARIANTS = {  # Table 2's rows from FLAIR to F-CAST, then Table 5's ablation
     "fcast-no-part": Variant("cast", True, "fcast", part_loss_weight=0.0),
 }
 FIGURES = ("fcast", "flair")  # variants whose grounding is drawn; `--push_to_hub` publishes the F-CAST ones
-METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i", "pointing_game", "box_mass")
+RETRIEVAL_METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i")
+METRICS = (*RETRIEVAL_METRICS, "pointing_game", "box_mass")  # grounding: with superpixels (a CAST image processor)
 CHUNK_TOKENS = 77
 FIGURE_ROWS = (0, 2, 4)  # test scenes of three different hard-negative groups (rows 2g and 2g + 1 share one)
 LOOP_DEFAULTS = dict(output_dir="outputs/fcast", max_steps=300, per_device_train_batch_size=64,
@@ -92,6 +94,10 @@ class ScriptArguments:
     grounding_images: int = field(default=100, metadata={"help": "test scenes whose object sentences are grounded"})
     dataset_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes"})
     logit_bias_init: float = field(default=-10.0, metadata={"help": "initial sigmoid bias of every level (Sec. 4.1: -10)"})
+    init_from_checkpoint: str | None = field(default=None, metadata={
+        "help": "an FCASTModel checkpoint with its processor (directory or Hub id: `hf-longclip convert flair` "
+                "output, or a trained F-CAST) to fine-tune instead of models from scratch; --variants must be rows "
+                "of its structure (a converted FLAIR: flair)"})
 
     def __post_init__(self):
         self.variant_list = [name.strip() for name in self.variants.split(",") if name.strip()]
@@ -100,10 +106,18 @@ class ScriptArguments:
         self.cluster_list = [int(n) for n in self.num_clusters.split(",")]
 
 
+def structure(config: FCASTConfig) -> tuple[str, bool]:
+    """(vision backbone, hierarchical text encoder) of a configuration: what a variant must match to start from it."""
+    return config.vision_backbone, config.text_config.num_stage2_layers > 0
+
+
 def build(variant: str, args: ScriptArguments, processor: FCASTProcessor) -> FCASTModel:
-    """The variant's model. Equal width and heads everywhere; the flat text encoder has stage 1 and stage 2's blocks
-    in one stack (the same total depth, as CLIP's 12 against F-CAST's 8 + 4), the ViT as many blocks as CAST."""
+    """The variant's model: `--init_from_checkpoint`'s, or from scratch with equal width and heads everywhere; the
+    flat text encoder has stage 1 and stage 2's blocks in one stack (the same total depth, as CLIP's 12 against
+    F-CAST's 8 + 4), the ViT as many blocks as CAST."""
     spec, tokenizer, width = VARIANTS[variant], processor.tokenizer, args.hidden_size
+    if args.init_from_checkpoint:
+        return FCASTModel.from_pretrained(args.init_from_checkpoint)
     stage2 = args.stage2_layers if spec.hierarchical else 0
     text = dict(vocab_size=len(tokenizer), hidden_size=width, intermediate_size=4 * width, num_attention_heads=4,
                 num_hidden_layers=args.stage1_layers + args.stage2_layers - stage2, num_stage2_layers=stage2,
@@ -153,8 +167,10 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
         return FCASTTask(build(variant, args, processor), collator, spec.objective, spec.part_loss_weight), processor
 
     def evaluate(model, processor):
-        result = {**evaluate_text_lengths(model, processor, test, pairs, loop_args.per_device_eval_batch_size),
-                  **grounding_scores(model, processor, test.select(range(min(args.grounding_images, len(test)))))}
+        result = evaluate_text_lengths(model, processor, test, pairs, loop_args.per_device_eval_batch_size)
+        if not processor.needs_superpixels:  # grounding is carried to pixels per superpixel: not measured
+            return result
+        result.update(grounding_scores(model, processor, test.select(range(min(args.grounding_images, len(test))))))
         if built[-1] in FIGURES:  # the variant just trained
             plot_grounding(model, processor, [test[i] for i in FIGURE_ROWS], output_dir / f"grounding-{built[-1]}.png",
                            built[-1])
@@ -168,7 +184,7 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
     if accelerator.is_main_process:
         print(f"\nF-CAST miniature ({len(test)} test scenes; {len(pairs)} hard pairs differ only after token "
               f"{CHUNK_TOKENS}, chance 50; grounding over object sentences, uniform-map box mass "
-              f"{next(iter(results.values()))['uniform_box_mass']:.1f}%)")
+              f"{next(iter(results.values())).get('uniform_box_mass', float('nan')):.1f}%)")
     return results
 
 
@@ -178,15 +194,28 @@ def main() -> None:
     with accelerator.main_process_first():
         scenes = load_synthetic_scenes(seed=args.dataset_seed, num_train=args.num_train, num_test=args.num_test,
                                        num_validation=2, image_size=args.image_size)
-    tokenizer = train_scene_tokenizer(scene_corpus(scenes), model_max_length=CHUNK_TOKENS)
-    image_processor = CASTImageProcessor(size=args.image_size, num_segments=args.num_segments)
-    processors = {hierarchical: FCASTProcessor(image_processor, tokenizer, max_length=CHUNK_TOKENS,
-                                               num_chunks=4 if hierarchical else 1) for hierarchical in (True, False)}
-    pairs = late_difference_pairs(scenes["test"], tokenizer, CHUNK_TOKENS)
+    warn_synthetic_fine_tuning(args.init_from_checkpoint, loop_args)
+    if args.init_from_checkpoint:  # its tokenizer and image processor; its structure decides the rows it can start
+        given = FCASTProcessor.from_pretrained(args.init_from_checkpoint)
+        fitting = [name for name, spec in VARIANTS.items() if (spec.vision_backbone, spec.hierarchical) == structure(
+            FCASTConfig.from_pretrained(args.init_from_checkpoint))]
+        if set(args.variant_list) - set(fitting):
+            raise SystemExit(f"--init_from_checkpoint {args.init_from_checkpoint}: its structure fits --variants "
+                             f"{','.join(fitting)}, not {args.variants}")
+        tokenizer, image_processor, needs_superpixels, chunk_tokens = (given.tokenizer, given.image_processor,
+                                                                       given.needs_superpixels, given.max_length)
+    else:
+        tokenizer = train_scene_tokenizer(scene_corpus(scenes), model_max_length=CHUNK_TOKENS)
+        image_processor = CASTImageProcessor(size=args.image_size, num_segments=args.num_segments)
+        needs_superpixels, chunk_tokens = True, CHUNK_TOKENS
+    processors = {hierarchical: FCASTProcessor(image_processor, tokenizer, max_length=chunk_tokens,
+                                               num_chunks=4 if hierarchical else 1,
+                                               needs_superpixels=needs_superpixels) for hierarchical in (True, False)}
+    pairs = late_difference_pairs(scenes["test"], tokenizer, chunk_tokens)
     run_over_seeds(accelerator, loop_args, hub_args,
                    lambda seed_args: run(args, seed_args, lora_args, hub_args, accelerator, run_args, scenes,
                                          processors, pairs),
-                   METRICS, title="train_fcast")
+                   METRICS if needs_superpixels else RETRIEVAL_METRICS, title="train_fcast")
     accelerator.end_training()
 
 

@@ -89,6 +89,7 @@ from hf_longclip.training.recipe import (
     run_over_seeds,
     start_run,
     train_variants,
+    warn_synthetic_fine_tuning,
 )
 from hf_longclip.models.himo_clip.task import HiMoCLIPTask
 from hf_longclip.models.onelip.task import OneLIPTask
@@ -366,6 +367,7 @@ def main() -> None:
     script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
         "train_onelip", ScriptArguments, {**LOOP_DEFAULTS, **BACKBONE_DEFAULTS})
     parse_variants(script_args.variants, [*VARIANTS, "tulip", *TABLE4])  # fail before any work
+    warn_synthetic_fine_tuning(script_args.base_checkpoint, loop_args)
     with accelerator.main_process_first():
         dataset = load_synthetic_scenes(seed=script_args.dataset_seed, num_train=script_args.num_train,
                                         num_test=script_args.num_test, image_size=backbone.image_size)

@@ -4,13 +4,13 @@
 from transformers import CLIPConfig
 
 from .saving import CodeBundleMixin
-from .configuration import drop_training_options
+from .configuration import RefusesPlainCLIPMixin, drop_training_options
 
 # the objective's options, which configurations saved before they moved to `DITMTask` still carry
 TRAINING_OPTIONS = ("margin_scale", "order_weight")
 
 
-class DITMConfig(CodeBundleMixin, CLIPConfig):
+class DITMConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
     r"""
     Configuration of [`DITMModel`]. All [`CLIPConfig`] arguments apply (the text encoder keeps CLIP's 77 positions
     unless told otherwise). DITM-specific arguments (Jang et al., Descriptive Image-Text Matching with Graded

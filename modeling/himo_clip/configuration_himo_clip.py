@@ -4,14 +4,14 @@
 from transformers import CLIPConfig
 
 from .saving import CodeBundleMixin
-from .configuration import drop_training_options
+from .configuration import RefusesPlainCLIPMixin, drop_training_options
 
 HIMO_TEXT_POSITIONS = 248  # Long-CLIP stretching of CLIP's 77 positions: 4 * 77 - 3 * 20
 # MoLo/HiDe options that configurations saved before they moved to `HiMoCLIPTask` still carry
 TRAINING_OPTIONS = ("hide_tau", "molo_lambda", "hide_scope", "label_smoothing", "hide_modalities", "molo_global")
 
 
-class HiMoCLIPConfig(CodeBundleMixin, CLIPConfig):
+class HiMoCLIPConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
     r"""
     Configuration of [`HiMoCLIPModel`]: a [`CLIPConfig`] whose text encoder defaults to 248 positions (Long-CLIP's
     stretching of CLIP's 77). MoLo's and HiDe's hyper-parameters (tau, lambda, ...) are training options, arguments

@@ -70,8 +70,13 @@ def _convert(args: argparse.Namespace) -> None:
     from hf_longclip.conversion import conversion_card, convert_checkpoint, save_converted
 
     model, processor = convert_checkpoint(args.format, args.checkpoint, args.tokenizer, args.bpe_file)
-    output = save_converted(model, processor, args.output_dir, args.text_encoder_only)
-    what = "text encoder" if args.text_encoder_only else type(model).__name__
+    if args.as_clip:
+        from hf_longclip.models.himo_clip.export_clip import save_as_clip
+
+        output = save_as_clip(model, processor, args.output_dir)
+    else:
+        output = save_converted(model, processor, args.output_dir, args.text_encoder_only)
+    what = "text encoder" if args.text_encoder_only else "CLIPModel" if args.as_clip else type(model).__name__
     print(f"wrote the {what} converted from {args.checkpoint} to {output}/"
           + ("" if processor is not None else " (no processor: pass --tokenizer or --bpe-file to add one)"))
     if args.push_to_hub:
@@ -82,6 +87,17 @@ def _convert(args: argparse.Namespace) -> None:
         url = push_to_hub(output, args.push_to_hub, card=card,
                           commit_message=f"Convert the released {args.format} weights with hf-longclip")
         print(f"pushed: {url}")
+
+
+def _export_clip(args: argparse.Namespace) -> None:
+    from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor
+    from hf_longclip.models.himo_clip.export_clip import save_as_clip
+
+    model = HiMoCLIPModel.from_pretrained(args.model)  # the library's class: no code of the checkpoint runs
+    processor = HiMoCLIPProcessor.from_pretrained(args.model)
+    output = save_as_clip(model, processor, args.output_dir)
+    print(f"wrote a CLIPModel and CLIPProcessor ({model.config.text_config.max_position_embeddings} text positions) "
+          f"to {output}/: they load with transformers' CLIPModel / CLIPProcessor, no remote code")
 
 
 def _dataset_name(value: str) -> str:
@@ -139,7 +155,8 @@ def _export_onnx(args: argparse.Namespace) -> None:
 
     model, processor = load_model(args.model, device="cpu", trust_remote_code=args.trust_remote_code)
     for tower, path in export_onnx(model, processor, args.output_dir).items():
-        print(f"wrote {path} ({tower} tower)")
+        print(f"wrote {path} ({tower} tower, its weights in {path.name}.data)")
+    print(f"wrote the processor ({type(processor).__name__}) to {args.output_dir}/")
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -275,12 +292,22 @@ def build_parser() -> argparse.ArgumentParser:
     text.add_argument("--tokenizer", help="a transformers CLIP tokenizer (Hub id or folder) for the processor")
     text.add_argument("--bpe-file", type=Path, help="OpenAI's bpe_simple_vocab_16e6.txt.gz: builds the CLIP "
                                                      "tokenizer offline")
-    convert.add_argument("--text-encoder-only", action="store_true",
+    written = convert.add_mutually_exclusive_group()
+    written.add_argument("--text-encoder-only", action="store_true",
                          help="write the text tower alone as a plain transformers text model (for diffusers / "
                               "ComfyUI; default: off)")
+    written.add_argument("--as-clip", action="store_true",
+                         help="longclip / himo: write a plain transformers CLIPModel + CLIPProcessor (248 text "
+                              "positions) that loads with no remote code (default: off)")
     convert.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload it, with a model card, to this Hub "
                                                                    "repository (default: no upload)")
     convert.set_defaults(run=_convert)
+
+    export_clip = add_command("export-clip", "write a HiMo-CLIP / Long-CLIP checkpoint as a plain transformers "
+                                             "CLIPModel + CLIPProcessor that loads with no remote code")
+    export_clip.add_argument("model", help="a HiMoCLIPModel checkpoint directory or Hub id (no code of it runs)")
+    export_clip.add_argument("output_dir", type=Path, help="where the CLIPModel and CLIPProcessor go")
+    export_clip.set_defaults(run=_export_clip)
 
     shard = add_command("shard", "write training data as WebDataset tar shards with a manifest, for --train_shards")
     shard.add_argument("source", help="'synthetic', a benchmark name, a CSV / JSON Lines file (image path, caption) "

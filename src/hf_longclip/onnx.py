@@ -10,10 +10,17 @@ chunks); CAST's and F-CAST's superpixel maps are a graph input: the processor co
     inputs = processor(text=captions, return_tensors="np")
     embeds = session.run(None, {i.name: inputs[i.name] for i in session.get_inputs()})[0]
 
-The graphs come from torch's exporter (`torch.onnx.export(dynamo=True)`, which needs `onnxscript`).
+The graphs come from torch's exporter (`torch.onnx.export(dynamo=True)`, which needs `onnxscript`). Each graph keeps
+its weights in a file beside it, `<tower>.onnx.data`, which ONNX Runtime reads by name: keep the two together. The
+processor is saved in the same directory (`AutoProcessor.from_pretrained(directory, trust_remote_code=True)` reloads
+it). The exporter's notices that concern no part of these models (torchvision operators it skips when torchvision is
+not installed, a deprecation inside torch) are silenced while it runs.
 """
 
+import contextlib
 import inspect
+import logging
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -65,10 +72,26 @@ def _dynamic_shapes(inputs: dict[str, torch.Tensor], tower: str) -> tuple:
     return (tuple(axes.values()),)
 
 
+@contextlib.contextmanager
+def _quiet_exporter():
+    """Silence what torch's exporter says about no part of our graphs: that torchvision's detection operators (nms,
+    roi_align, ...) are skipped when torchvision is absent, and torch's own `LeafSpec` deprecation."""
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    registration.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
+            yield
+    finally:
+        registration.setLevel(level)
+
+
 def export_onnx(model: PreTrainedModel, processor: ProcessorMixin, directory: str | Path) -> dict[str, Path]:
-    """Export `model`'s towers to `directory`/text.onnx and `directory`/image.onnx (those it has); returns
-    {"text": path, "image": path}. The graphs' input names are the processor's output keys the method takes
-    (input_ids, attention_mask; pixel_values, superpixels), their outputs `text_embeds` / `image_embeds`."""
+    """Export `model`'s towers to `directory`/text.onnx and `directory`/image.onnx (those it has), each with its
+    weights in `<tower>.onnx.data`, and save `processor` beside them; returns {"text": path, "image": path}. The
+    graphs' input names are the processor's output keys the method takes (input_ids, attention_mask; pixel_values,
+    superpixels), their outputs `text_embeds` / `image_embeds`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     model = model.eval()
@@ -80,14 +103,16 @@ def export_onnx(model: PreTrainedModel, processor: ProcessorMixin, directory: st
         accepted = inspect.signature(getattr(model, method)).parameters
         inputs = {k: v for k, v in _example_inputs(processor, tower).items() if k in accepted}
         path = directory / f"{tower}.onnx"
-        torch.onnx.export(
-            _Tower(model, method, list(inputs)).eval(), tuple(inputs.values()), str(path), dynamo=True,
-            input_names=list(inputs), output_names=[output_name], dynamic_shapes=_dynamic_shapes(inputs, tower),
-            verbose=False,
-        )
+        with _quiet_exporter():
+            torch.onnx.export(
+                _Tower(model, method, list(inputs)).eval(), tuple(inputs.values()), str(path), dynamo=True,
+                input_names=list(inputs), output_names=[output_name], dynamic_shapes=_dynamic_shapes(inputs, tower),
+                verbose=False,
+            )
         paths[tower] = path
     if not paths:
         raise TypeError(f"{type(model).__name__} has neither get_text_features nor an image tower to export")
+    processor.save_pretrained(directory)
     return paths
 
 

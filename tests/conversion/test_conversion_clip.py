@@ -234,7 +234,9 @@ def test_tokenizer_from_bpe_file_matches_open_clip(text):
 
     processor = HiMoCLIPProcessor(clip_image_processor(IMAGE), clip_tokenizer(bpe_file=BPE_FILE), max_length=248)
     expected = TOKENIZER.SimpleTokenizer(context_length=248)([text])
-    assert torch.equal(processor(text=[text])["input_ids"], expected.long())
+    assert torch.equal(processor(text=[text], padding="max_length")["input_ids"], expected.long())
+    longest = processor(text=[text])["input_ids"]  # the default: no padding past the longest text
+    assert torch.equal(longest, expected.long()[:, :longest.shape[1]]) and (expected[:, longest.shape[1]:] == 0).all()
 
 
 def test_truncated_caption_keeps_end_token():

@@ -1,6 +1,9 @@
 """Every model's towers exported with `export_onnx` run in ONNX Runtime within 1e-4 of PyTorch, on long texts and
 images, at batch sizes and text lengths other than the traced ones; CAST's and F-CAST's superpixels are an input."""
 
+import logging
+import warnings
+
 import pytest
 import torch
 from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
@@ -9,6 +12,7 @@ from helpers.dual_encoders import clip_like
 from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
 from helpers.fcast import tiny_fcast
 from helpers.fcast import tiny_processor as tiny_fcast_processor
+from transformers import AutoProcessor
 
 from hf_longclip import (CASTImageProcessor, CASTVisionConfig, CASTVisionModel, DITMModel, DITMProcessor, OneLIPModel,
                          OneLIPProcessor)
@@ -86,9 +90,27 @@ def test_the_cli_exports_a_saved_checkpoint(tmp_path, capsys):
     model, processor = tiny_himo(seed=1), tiny_processor()
     model.save_pretrained(tmp_path / "checkpoint")
     processor.save_pretrained(tmp_path / "checkpoint")
-    main(["export-onnx", "--model", str(tmp_path / "checkpoint"), "--output-dir", str(tmp_path / "onnx")])
-    assert "text.onnx (text tower)" in capsys.readouterr().out
-    inputs = processor(text=[PROMPT])
+    exporter_log, notices = logging.getLogger("torch.onnx._internal.exporter._registration"), []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = notices.append
+    exporter_log.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            main(["export-onnx", "--model", str(tmp_path / "checkpoint"), "--output-dir", str(tmp_path / "onnx")])
+    finally:
+        exporter_log.removeHandler(handler)
+    out = capsys.readouterr().out
+    assert "text.onnx (text tower, its weights in text.onnx.data)" in out and "wrote the processor" in out
+    # no notice a user would have to ignore: torchvision operators skipped, torch's LeafSpec deprecation
+    assert not notices and not [str(w.message) for w in caught if "LeafSpec" in str(w.message)]
+    # every file docs/integrations.md names: the graphs, their weights and the processor beside them
+    written = {path.name for path in (tmp_path / "onnx").iterdir()}
+    assert {"text.onnx", "text.onnx.data", "image.onnx", "image.onnx.data", "processor_config.json",
+            "tokenizer.json", "tokenizer_config.json"} <= written
+    reloaded = AutoProcessor.from_pretrained(tmp_path / "onnx", trust_remote_code=True)
+    inputs = reloaded(text=[PROMPT])
+    assert torch.equal(inputs["input_ids"], processor(text=[PROMPT])["input_ids"])
     with torch.no_grad():
         expected = model.get_text_features(**inputs).pooler_output
     assert (run(tmp_path / "onnx" / "text.onnx", inputs) - expected).abs().max() < TOLERANCE

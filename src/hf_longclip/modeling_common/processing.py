@@ -1,6 +1,6 @@
 """The processor every dual-encoder model of the library shares: CLIP image preprocessing plus a tokenizer that
-pads/truncates to the model's text positions, with the caption checks of `modeling_common.captions` and the
-image conversion of `modeling_common.images`."""
+truncates to the model's text positions and pads to the batch's longest text, with the caption checks of
+`modeling_common.captions` and the image conversion of `modeling_common.images`."""
 
 from transformers import BatchEncoding, ProcessorMixin
 
@@ -10,8 +10,8 @@ from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 
 class DualEncoderProcessor(CodeBundleMixin, ProcessorMixin):
-    """Prepares `input_ids`/`attention_mask` (at most `max_length` tokens, end-of-text kept last when truncating)
-    and `pixel_values` for a dual-encoder model.
+    """Prepares `input_ids`/`attention_mask` (at most `max_length` tokens, end-of-text kept last when truncating;
+    padded to the longest text of the call, as `CLIPProcessor`) and `pixel_values` for a dual-encoder model.
 
     Captions must be non-empty strings; images may be PIL images of any mode (16-bit included), numpy arrays or
     torch tensors (HxW, HxWxC, CxHxW), converted to 8-bit RGB by `modeling_common.images.to_rgb_images`. The first
@@ -29,15 +29,16 @@ class DualEncoderProcessor(CodeBundleMixin, ProcessorMixin):
         self,
         text: str | list[str] | None = None,
         images=None,
-        padding: bool | str = "max_length",
+        padding: bool | str = "longest",
         truncation: bool = True,
         return_tensors: str | None = "pt",
         allow_empty_text: bool = False,
         **kwargs,
     ) -> BatchEncoding:
-        """Tokenize `text` to `self.max_length` tokens and/or preprocess `images`.
+        """Tokenize `text` (truncated to `self.max_length` tokens) and/or preprocess `images`.
 
-        `padding="longest"` pads to the longest text of the batch instead (faster training on short captions).
+        Texts are padded to the longest of the call; `padding="max_length"` pads every text to `self.max_length`
+        (the same features: the text towers attend causally and pool at the end-of-text token).
         An empty or whitespace-only caption is refused (ValueError naming its index) unless `allow_empty_text=True`
         (the empty text's embedding on purpose, e.g. HierarCaps's root).
         """

@@ -49,6 +49,16 @@ class LoopArguments:
                 "'encoder.layers.<i>'): with L blocks, its embeddings and pre-norm are layer 0, block i is "
                 "layer i+1 and its other parameters (final norm) layer L+1; layer l gets decay^(L+1-l). "
                 "Multiplies lr_multipliers; parameters outside towers keep 1. 1.0: off"})
+    lock_image: bool = field(default=False, metadata={
+        "help": "freeze the image tower (open_clip's --lock-image): no gradients and no optimizer state for it"})
+    lock_image_unlocked_layers: int = field(default=0, metadata={
+        "help": "with --lock_image: its last N transformer blocks, and its parameters after the blocks (final norm, "
+                "projection), still train (open_clip's --lock-image-unlocked-groups)"})
+    lock_text: bool = field(default=False, metadata={
+        "help": "freeze the text tower (open_clip's --lock-text): no gradients and no optimizer state for it"})
+    lock_text_unlocked_layers: int = field(default=0, metadata={
+        "help": "with --lock_text: its last N transformer blocks, and its final norm and projection, still train "
+                "(open_clip's --lock-text-unlocked-layers)"})
     warmup_steps: int = field(default=50, metadata={"help": "optimizer steps of linear warmup (at most half the "
                                                             "run)"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0: off); also DeepSpeed's"})
@@ -97,6 +107,10 @@ class LoopArguments:
         if self.contrastive_batch_size != 0 and self.contrastive_batch_size < self.per_device_train_batch_size:
             raise ValueError(f"contrastive_batch_size must be 0 (off) or at least per_device_train_batch_size "
                              f"({self.per_device_train_batch_size}), its chunk; got {self.contrastive_batch_size}")
+        for tower in ("image", "text"):
+            unlocked = getattr(self, f"lock_{tower}_unlocked_layers")
+            if unlocked < 0 or (unlocked and not getattr(self, f"lock_{tower}")):
+                raise ValueError(f"lock_{tower}_unlocked_layers must be >= 0 and needs --lock_{tower}, got {unlocked}")
         self.seed_list()  # malformed seed lists fail here
         parse_lr_multipliers(self.lr_multipliers)  # malformed specs fail here, unmatched prefixes at train
         check_layer_decay(self.layer_decay)
@@ -116,6 +130,10 @@ class LoopArguments:
         if len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds must be distinct, got {self.seeds!r}")
         return seeds
+
+
+# A model trained from scratch (a script's small base CLIP) has no pretrained tower to lock.
+NO_TOWER_LOCKS = dict(lock_image=False, lock_image_unlocked_layers=0, lock_text=False, lock_text_unlocked_layers=0)
 
 
 # Arguments that may change between a run and its resume: the output's location, how long the run goes on (a resume

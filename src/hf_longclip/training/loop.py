@@ -45,7 +45,7 @@ from .checkpoint import (
     write_atomic_directory,
 )
 from .gradient_cache import cached_backward
-from .optimizer import parameter_groups
+from .optimizer import lock_towers, parameter_groups
 from .streaming import StreamedBatches
 from .task import Task, sum_of_terms
 
@@ -205,6 +205,7 @@ def train(
                          "not ZeRO-3 (its objective uses parameters outside the forward)")
     set_seed(args.seed)
     model = task.model
+    lock_towers(model, args)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     optimizer = torch.optim.AdamW(
@@ -252,6 +253,7 @@ def train(
         accelerator.load_state(str(resume))
         step, epoch, batches_done, history = (state["step"], state["epoch"], state["batches_in_epoch"],
                                               state["history"])
+        check_resumed_length(run_name, step, state.get("total_steps", total_steps), total_steps)
         process_state = read_process_state(resume, accelerator.process_index)
         task.load_state_dict(process_state["task"])
         window.load_state_dict(process_state["loss_window"])
@@ -313,7 +315,7 @@ def train(
                 logger.info(f"{run_name} step {step}/{total_steps} {record}", main_process_only=True)
             if args.checkpointing_steps > 0 and (step % args.checkpointing_steps == 0 or step == total_steps):
                 state = {"epoch": epoch, "batches_in_epoch": batches_done, "history": history,
-                         "run_name": run_name, ARGUMENTS: signature}
+                         "run_name": run_name, "total_steps": total_steps, ARGUMENTS: signature}
                 process_state = {"task": task.state_dict(), "loss_window": window.state_dict(),
                                  **({"data_loader": loader.state_dict()} if args.train_shards else {})}
                 save_checkpoint(accelerator, run_dir, step, state, process_state, args.save_total_limit,
@@ -326,6 +328,20 @@ def train(
     progress.close()
     accelerator.wait_for_everyone()
     return model, history
+
+
+def check_resumed_length(run_name: str, step: int, saved_total: int, total_steps: int) -> None:
+    """A resume may lengthen a run (--max_steps, --num_train_epochs), never shorten it past its checkpoint's step
+    (ValueError). Where the length changed, the warmup-cosine schedule is the one of the new length, evaluated from
+    the resumed step on (no new warmup; a finished run, whose rate had decayed to 0, goes on at the new curve's
+    rate there): said in a warning."""
+    if step > total_steps:
+        raise ValueError(f"{run_name}: the checkpoint is at step {step}, past this run's {total_steps} steps: a resume "
+                         f"can lengthen a run (--max_steps, --num_train_epochs), not shorten it")
+    if saved_total != total_steps:
+        logger.warning(f"{run_name}: the run's length changed from {saved_total} to {total_steps} steps: training on "
+                       f"from step {step}, the learning rate follows the warmup-cosine schedule of {total_steps} "
+                       f"steps from there (no new warmup)", main_process_only=True)
 
 
 def save_model(accelerator: Accelerator, model: torch.nn.Module, directory: str | Path, processor=None) -> Path:

@@ -1,14 +1,18 @@
 """AdamW's parameter groups: open_clip's weight-decay split, refined by per-module learning-rate multipliers and
-layer-wise learning-rate decay (`LoopArguments.lr_multipliers`, `LoopArguments.layer_decay`)."""
+layer-wise learning-rate decay (`LoopArguments.lr_multipliers`, `LoopArguments.layer_decay`); and tower locking
+(`LoopArguments.lock_image`, `lock_text`), which takes a tower out of them."""
 
 from __future__ import annotations
 
+import logging
 import re
 
 import torch
 
 from .arguments import check_layer_decay, parse_lr_multipliers
 
+
+logger = logging.getLogger(__name__)
 
 _WRAPPER_PREFIXES = ("module.", "base_model.model.", "_orig_mod.")  # DDP, peft, torch.compile
 _BLOCK = re.compile(r"^(?P<tower>.+?)\.encoder\.layers\.(?P<block>\d+)\.")
@@ -51,6 +55,53 @@ def _layer_decay_factors(names: list[str], decay: float) -> dict[str, float]:
             layer = 0 if first in _EMBEDDING_PARTS else depth[tower] + 1
         factors[name] = decay ** (depth[tower] + 1 - layer)
     return factors
+
+
+# A tower is what a CLIP checkpoint gives: its encoder and projection (a classifier's backbone: CAST, ViT). Modules a
+# model adds on top (DITM's GPO, F-CAST's second text stage and grounding pool, a classifier head) are not locked.
+TOWER_PREFIXES = {"image": ("vision_model", "visual_projection", "cast", "vit"),
+                  "text": ("text_model", "text_projection")}
+_TOWER_BLOCK = re.compile(r"^(?:vision_model|text_model|cast|vit)\.(?:encoder\.layers?|stages)\.(?P<block>\d+)\.")
+
+
+def lock_tower(model: torch.nn.Module, tower: str, unlocked_layers: int = 0) -> int:
+    """Freeze tower `tower` ("image" or "text", `TOWER_PREFIXES`) of `model` (requires_grad=False, so it gets no
+    gradient and, left out of `parameter_groups`, no optimizer state), as open_clip's `--lock-image`/`--lock-text`.
+    With `unlocked_layers` N > 0 its last N transformer blocks and its parameters outside the embeddings and blocks
+    (final norm, projection) stay trainable. Returns the number of parameters frozen; a ValueError when the model
+    has no such tower or fewer than N blocks."""
+    prefixes = TOWER_PREFIXES[tower]
+    named = [(_bare_name(name), param) for name, param in model.named_parameters()]
+    in_tower = [(name, param) for name, param in named if any(_has_prefix(name, p) for p in prefixes)]
+    if not in_tower:
+        raise ValueError(f"--lock_{tower}: {type(model).__name__} has no {tower} tower (no parameter under "
+                         f"{', '.join(prefixes)})")
+    blocks = {name: int(match["block"]) for name, _ in in_tower if (match := _TOWER_BLOCK.match(name))}
+    depth = max(blocks.values(), default=-1) + 1
+    if unlocked_layers > depth:
+        raise ValueError(f"--lock_{tower}_unlocked_layers {unlocked_layers}: the {tower} tower has {depth} blocks")
+    frozen = 0
+    for name, param in in_tower:
+        if unlocked_layers and name in blocks:
+            locked = blocks[name] < depth - unlocked_layers
+        elif unlocked_layers:
+            locked = name.split(".")[1] in _EMBEDDING_PARTS  # before the blocks; after them: trainable
+        else:
+            locked = True
+        if locked and param.requires_grad:
+            param.requires_grad_(False)
+            frozen += param.numel()
+    return frozen
+
+
+def lock_towers(model: torch.nn.Module, args) -> None:
+    """`lock_tower` for each tower `args` (`LoopArguments`) locks, logging how many parameters each leaves out."""
+    for tower in TOWER_PREFIXES:
+        if getattr(args, f"lock_{tower}"):
+            unlocked = getattr(args, f"lock_{tower}_unlocked_layers")
+            frozen = lock_tower(model, tower, unlocked)
+            logger.info(f"{tower} tower locked: {frozen:,} parameters frozen"
+                        + (f" (its last {unlocked} blocks, final norm and projection train)" if unlocked else ""))
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float, learning_rate: float | None = None,

@@ -35,7 +35,14 @@ from ..data.tokenizer import scene_corpus, train_scene_tokenizer
 from ..fileio import write_atomic
 from ..plots import plot_loss_curves, plot_seed_summary
 from .arguments import LoopArguments, run_signature
-from .checkpoint import ARGUMENTS, check_arguments, checkpoint_problem, read_state, resolve_resume
+from .checkpoint import (
+    ARGUMENTS,
+    check_arguments,
+    checkpoint_problem,
+    list_checkpoints,
+    read_state,
+    resolve_resume,
+)
 from .hub import ModelCardInfo, build_model_card, push_to_hub
 from .loop import make_accelerator, save_model, train, whole_model_init
 from .lora import LoraArguments, apply_lora, count_parameters, merge_lora
@@ -134,10 +141,24 @@ def start_run(name: str, script_arguments: type, defaults: Mapping[str, Any], ba
     script_args, loop_args, lora_args, hub_args = parsed[0], *parsed[-3:]
     backbone_args = parsed[1] if backbone else None
     accelerator = make_accelerator(loop_args)
+    if backbone_args is not None:
+        warn_synthetic_fine_tuning(backbone_args.init_from_clip, loop_args)
     run_args = {key: value for group in parsed for key, value in asdict(group).items()}
     check_output_dir(loop_args, run_signature(loop_args, accelerator.num_processes, run_args)["run"])
     accelerator.init_trackers(name, config=run_args)
     return script_args, backbone_args, loop_args, lora_args, hub_args, accelerator, run_args
+
+
+def warn_synthetic_fine_tuning(pretrained: str | None, loop_args: LoopArguments) -> None:
+    """Say loudly (a warning) when a pretrained model (`pretrained`: the script's --init_from_clip, --base_checkpoint
+    or --init_from_checkpoint) is given without --train_shards: the script then fine-tunes it on its synthetic scenes
+    with its demo hyperparameters and evaluates it on them."""
+    if pretrained and not loop_args.train_shards:
+        logger.warning(
+            f"{pretrained} will be fine-tuned on the SYNTHETIC SCENES (small rendered shapes with generated "
+            f"captions), with this script's demo hyperparameters, and evaluated on them: a check of the pipeline, not "
+            f"a useful model. For your own data: `hf-longclip shard my.csv shards/`, then --train_shards "
+            f"'shards/{{00000..N}}.tar' with the paper's hyperparameters (docs/training.md)", main_process_only=True)
 
 
 def check_output_dir(loop_args: LoopArguments, run_signature_part: dict) -> None:
@@ -198,16 +219,29 @@ def train_variants(
         raise SystemExit("LoRA under ZeRO-3 is not supported (merging needs whole weights): use ZeRO-2 or DDP")
     output_dir = Path(loop_args.output_dir)
     signature = run_signature(loop_args, accelerator.num_processes, run_args)
+    eval_files = {variant: output_dir / "eval" / f"{variant}.json" for variant in variants}  # each written last
+    check_finished_variants(eval_files, loop_args)
     results, histories = {}, {}
     for variant in variants:
-        eval_file = output_dir / "eval" / f"{variant}.json"  # written last: a resumed run skips finished variants
+        eval_file = eval_files[variant]
         if loop_args.resume_from_checkpoint and eval_file.is_file():
             finished = json.loads(eval_file.read_text())
             check_arguments(finished.get(ARGUMENTS, {}), signature, f"cannot reuse the finished {variant} ({eval_file})",
                             loop_args.allow_changed_arguments)
-            results[variant], histories[variant] = finished["results"], finished["history"]
-            accelerator.print(f"{variant}: finished in an earlier run, skipped ({eval_file})")
-            continue
+            longer = extended_length(finished, loop_args)
+            if longer is None:
+                results[variant], histories[variant] = finished["results"], finished["history"]
+                accelerator.print(f"{variant}: finished in an earlier run, skipped ({eval_file})")
+                continue
+            run_dir = output_dir / "checkpoints" / variant
+            if not any(checkpoint_problem(path) is None for path in list_checkpoints(run_dir)):
+                raise SystemExit(
+                    f"{variant} finished in an earlier run ({eval_file}) and {longer}, but it kept no valid "
+                    f"checkpoint in {run_dir} (--checkpointing_steps 0?), so its optimizer state is gone and it "
+                    f"cannot train on: pass --overwrite_output_dir to train it afresh for the new length, or keep its "
+                    f"length")
+            accelerator.print(f"{variant}: finished in an earlier run and {longer}: training on from its last "
+                              f"checkpoint in {run_dir} (the cosine schedule is recomputed for the new length)")
         with whole_model_init(accelerator):
             task, processor = build(variant)
         if lora_args.lora_r > 0:
@@ -233,7 +267,7 @@ def train_variants(
                                 "train_seconds": round(seconds, 1)}
             eval_file.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(eval_file, json.dumps({"results": results[variant], "history": histories[variant],
-                                                ARGUMENTS: signature}))
+                                                ARGUMENTS: signature, LENGTH: run_length(loop_args)}))
             scalars = ", ".join(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}"
                                 for key, value in results[variant].items()
                                 if isinstance(value, int | float) and key != "train_seconds")
@@ -242,6 +276,48 @@ def train_variants(
         accelerator.wait_for_everyone()
         accelerator.free_memory()
     return results, histories
+
+
+LENGTH = "length"  # how long a finished variant was asked to train, in its eval file (`run_length`)
+
+
+def run_length(loop_args: LoopArguments) -> dict:
+    """The argument that set a run's length: {"max_steps": N} when positive, else {"num_train_epochs": E}."""
+    if loop_args.max_steps > 0:
+        return {"max_steps": loop_args.max_steps}
+    return {"num_train_epochs": loop_args.num_train_epochs}
+
+
+def extended_length(finished: Mapping, loop_args: LoopArguments) -> str | None:
+    """How this run's length differs from a finished variant's (its eval file, `finished`), e.g. "--max_steps 300 ->
+    600", or None when it is the same. An eval file written before lengths were recorded counts as unchanged unless
+    --max_steps asks for more steps than its history ran."""
+    now = run_length(loop_args)
+    before = finished.get(LENGTH)
+    if before is None:
+        if not finished.get("history"):
+            return None
+        trained = finished["history"][-1]["step"]
+        if loop_args.max_steps > trained:
+            return f"--max_steps is now {loop_args.max_steps}, past its {trained} steps"
+        return None
+    if before == now:
+        return None
+    (old_name, old_value), (name, value) = next(iter(before.items())), next(iter(now.items()))
+    return f"--{old_name} {old_value} -> --{name} {value}"
+
+
+def check_finished_variants(eval_files: Mapping[str, Path], loop_args: LoopArguments) -> None:
+    """Stop (SystemExit) before a rerun retrains and overwrites variants an earlier run finished (their eval files
+    exist), unless --resume_from_checkpoint (reuse them, or train on where the length grew) or
+    --overwrite_output_dir (train them afresh)."""
+    finished = {variant: path for variant, path in eval_files.items() if path.is_file()}
+    if finished and not loop_args.resume_from_checkpoint and not loop_args.overwrite_output_dir:
+        raise SystemExit(
+            f"{loop_args.output_dir} holds {', '.join(finished)}, finished in an earlier run "
+            f"({', '.join(str(path) for path in finished.values())}): pass --resume_from_checkpoint latest to keep "
+            f"them (and train on from their last checkpoint where --max_steps or --num_train_epochs grew), "
+            f"--overwrite_output_dir to train them afresh, or another --output_dir")
 
 
 def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args: HubArguments,

@@ -113,8 +113,10 @@ def test_processor_chunks_tokenizes_and_computes_superpixels(processor):
 
 
 def test_processor_takes_given_sub_captions_and_random_chunking(processor):
-    out = processor(text=[SENTENCES[:8], SENTENCES[4:12]])
+    out = processor(text=[SENTENCES[:8], SENTENCES[4:12]], padding="max_length")
     assert out["input_ids"].shape == (2, 8, 12)
+    longest = processor(text=[SENTENCES[:8], SENTENCES[4:12]])  # the default: the longest sub-caption
+    assert longest["input_ids"].shape == (2, 8, int(out["attention_mask"].sum(-1).max()))
     a = processor(text=" ".join(SENTENCES[:9]), chunking="random", rng=random.Random(5))["input_ids"]
     b = processor(text=" ".join(SENTENCES[:9]), chunking="random", rng=random.Random(5))["input_ids"]
     assert torch.equal(a, b) and a.shape == (1, 4, 12)

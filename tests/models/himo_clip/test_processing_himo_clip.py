@@ -29,10 +29,11 @@ def test_texts_are_padded_to_248_and_truncation_keeps_end_of_text_last(name):
     assert ids[1, :-1].tolist() == processor.tokenizer(LONG)["input_ids"][:247]  # the first 247 tokens kept
 
 
-def test_padding_longest_and_other_max_lengths():
+def test_padding_longest_by_default_max_length_on_request_and_other_max_lengths():
     processor = tiny_processor(max_length=77)
-    encoded = processor(text=["a cat.", "a red dog."], padding="longest")
+    encoded = processor(text=["a cat.", "a red dog."])
     assert encoded["input_ids"].shape == (2, len(processor.tokenizer("a red dog.")["input_ids"]))
+    assert processor(text=["a cat.", "a red dog."], padding="max_length")["input_ids"].shape == (2, 77)
     assert processor(text=[LONG])["input_ids"].shape == (1, 77)
 
 

@@ -23,7 +23,7 @@ class FCASTProcessor(DualEncoderProcessor):
     sub-captions of training). Balanced chunking warns (`ChunkTruncationWarning`) when a caption holds more tokens
     than its chunks, saying how many are truncated. Returns `input_ids` and `attention_mask` of
     shape (batch, chunks, tokens): every chunk is tokenized on its own, truncated to `max_length` (77) and padded
-    to it (or to the longest chunk with `padding="longest"`).
+    to the longest chunk of the call (to `max_length` with `padding="max_length"`).
     `images` give `pixel_values` and `superpixels` (a [`CASTImageProcessor`], the default; an image processor without
     superpixels is refused unless `needs_superpixels=False`, for a ViT vision tower, e.g. a converted FLAIR)."""
 
@@ -74,7 +74,7 @@ class FCASTProcessor(DualEncoderProcessor):
                 f"{first}: {lost[first]} of {total[first]})", ChunkTruncationWarning, stacklevel=3)
 
     def __call__(self, text=None, images=None, chunking: str = "balanced", rng: random.Random | None = None,
-                 padding: bool | str = "max_length", return_tensors: str | None = "pt", **kwargs):
+                 padding: bool | str = "longest", return_tensors: str | None = "pt", **kwargs):
         if text is None:
             return super().__call__(images=images, return_tensors=return_tensors, **kwargs)
         captions = [text] if isinstance(text, str) else list(text)

@@ -22,7 +22,7 @@ from filelock import FileLock, Timeout
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.fileio import naming_damaged_weights, write_atomic
 from hf_longclip.modeling_common.dual_encoder import load_clip_model
-from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.arguments import NO_TOWER_LOCKS, LoopArguments
 from hf_longclip.training.loop import whole_model_init
 from hf_longclip.training.lora import LoraArguments
 from hf_longclip.training.recipe import BackboneArguments, train_variants
@@ -50,7 +50,7 @@ def train_base_clip(accelerator: Accelerator, name: str, backbone: BackboneArgum
     as variant `name` of this run (saved, reloaded and evaluated like any variant; resumable; `run_args`: the script's
     arguments, as `train_variants` takes them); return its checkpoint directory, {name: metrics} and {name: history}. (`short_caption_base` is the cached short-caption variant.)"""
     base_args = replace(loop_args, max_steps=backbone.base_steps, learning_rate=backbone.base_learning_rate,
-                        lr_multipliers="", layer_decay=1.0)
+                        lr_multipliers="", layer_decay=1.0, **NO_TOWER_LOCKS)
     results, histories = train_variants(
         accelerator, [name], lambda _: base_clip_task(backbone, dataset, positions, loop_args.seed), evaluate,
         dataset, base_args, LoraArguments(), phase="base pretraining", run_args=run_args,
@@ -89,7 +89,7 @@ def short_caption_base(accelerator: Accelerator, backbone: BackboneArguments, da
                      lambda row: {"caption": " ".join(row["sentences"][:backbone.base_sentences])})
                  for split in ("train", "validation")}
         base_args = replace(loop_args, output_dir=str(root), max_steps=backbone.base_steps, seed=backbone.base_seed,
-                            learning_rate=backbone.base_learning_rate, lr_multipliers="", layer_decay=1.0,
+                            learning_rate=backbone.base_learning_rate, lr_multipliers="", layer_decay=1.0, **NO_TOWER_LOCKS,
                             warmup_steps=max(1, backbone.base_steps // 10), seeds="")
         if accelerator.is_main_process:
             root.mkdir(parents=True, exist_ok=True)

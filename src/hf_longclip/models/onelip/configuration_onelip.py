@@ -4,7 +4,7 @@ al., "Unlocking and Improving Long-Text Representations of CLIP via One-Stage Ad
 from transformers import CLIPConfig, CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
 
 from hf_longclip.modeling_common.saving import CodeBundleMixin
-from hf_longclip.modeling_common.configuration import drop_training_options
+from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin, drop_training_options
 
 ONELIP_TEXT_POSITIONS = 248  # the paper's T_g in its main tables (Long-CLIP's length)
 # TRIM's and Eq. 10's options, which configurations saved before they moved to `OneLIPTask` still carry
@@ -57,7 +57,7 @@ class OneLIPTextConfig(CLIPTextConfig):
         super().__post_init__(**kwargs)
 
 
-class OneLIPConfig(CodeBundleMixin, CLIPConfig):
+class OneLIPConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
     r"""
     Configuration of [`OneLIPModel`]: [`CLIPConfig`] arguments with an [`OneLIPTextConfig`] text part (248 tokens
     by default). TRIM's and Eq. 10's hyper-parameters (alpha, K, r, the loss weights and their schedule) are
