@@ -19,103 +19,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import (
-    CAPTIONS,
-    himo_task,
-    random_images,
-    tiny_clip,
-    tiny_himo,
-    tiny_processor,
-    tiny_sub_configs,
-)
+from conftest import CAPTIONS, himo_task, random_images, tiny_processor, tiny_sub_configs
 from helpers.cast import tiny_classifier
-from helpers.ditm import ditm_processor, tiny_ditm
-from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
-from helpers.fcast import fcast_task, tiny_fcast
-from helpers.fcast import tiny_processor as fcast_processor
 from helpers.launch import CONFIGS, needs_deepspeed, run, script_env
-from helpers.onelip import handmade_bank, unit
+from helpers.training_cases import BATCH, CASES
 
-from hf_longclip import CASTImageProcessor, HiMoCLIPConfig, HiMoCLIPModel, OneLIPModel, OneLIPProcessor
-from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.models.cast.task import ClassificationTask, ImageClassificationCollator
-from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator
-from hf_longclip.models.fcast.task import FCASTCollator
-from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
-from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.gradient_cache import cached_backward
 from hf_longclip.training.task import sum_of_terms
 
-BATCH, CHUNK = 64, 16  # per process
+CHUNK = 16  # per process
 LEARNING_RATE = 1e4
 RTOL = 1e-6  # float32: chunks' products and gradient sums round differently from the whole batch's
-
-
-def _himo(directory: Path):
-    rows = [{"image": image, "caption": f"{CAPTIONS[i % 4]} number {i}."} for i, image in
-            enumerate(random_images(2 * BATCH))]
-    return himo_task(tiny_himo(seed=0), ImageTextCollator(tiny_processor())), rows
-
-
-def _onelip(directory: Path):
-    """OneLIP with its teacher and PO-HNM queues of 4 negatives per sample, due for a refresh at this step."""
-    clip = tiny_clip()
-    base = tiny_processor()
-    processor = OneLIPProcessor(image_processor=base.image_processor, tokenizer=base.tokenizer, max_length=248)
-    rng = np.random.default_rng(0)
-    bank = handmade_bank(directory / "bank", unit(rng.normal(size=(4 * BATCH, 16))).astype(np.float16),
-                         unit(rng.normal(size=(2 * BATCH, 16))).astype(np.float16), per_sample=2)
-    queues = HardNegativeQueues(bank, directory / "queues", queue_size=4, update_steps=1)
-    task = OneLIPTask(OneLIPModel.from_clip(clip), ImageTextCollator(processor, index_column="index"), teacher=clip,
-                      hard_negatives=queues, trim_top_k=20)
-    task.step = 1  # the queues were filled at step 0: each is refreshed with this step's embeddings
-    rows = [{"image": image, "caption": f"{CAPTIONS[i % 4]} {CAPTIONS[(i + 1) % 4]} number {i}.", "index": i}
-            for i, image in enumerate(random_images(2 * BATCH))]
-    return task, rows
-
-
-def _ditm(directory: Path):
-    """64 images with 2 of their 3 graded captions each (128 texts), in chunks of 16 images."""
-    rows = [{"image": image, "captions": [f"{CAPTIONS[(i + j) % 4]} number {i}." for j in range(3)],
-             "descriptiveness": [0.1, 0.5, 0.9], "image_id": i} for i, image in enumerate(random_images(2 * BATCH))]
-    return DITMTask(tiny_ditm(), MultiCaptionCollator(ditm_processor())), rows
-
-
-def _scenes(num_chunks: int) -> tuple:
-    rows = [{"image": image, "caption": SCENE_CAPTIONS[i % 4], "captions": [SCENE_CAPTIONS[i % 4],
-                                                                            SCENE_CAPTIONS[(i + 1) % 4]]}
-            for i, image in enumerate(random_images(2 * BATCH))]
-    return rows, FCASTCollator(fcast_processor(num_chunks), num_sub_captions=max(num_chunks, 2))
-
-
-def _fcast(directory: Path):
-    """F-CAST's two-level loss on its CAST backbone (the stem's BatchNorm on running statistics: see
-    test_batch_norm_statistics_are_updated_once_per_chunk)."""
-    rows, collator = _scenes(4)
-    task = fcast_task(tiny_fcast(row="fcast"))
-    task.collate_fn = collator
-    task.model.vision_model.embeddings.stem.apply(lambda m: m.eval() if isinstance(m, torch.nn.BatchNorm2d) else None)
-    return task, rows
-
-
-def _flair(directory: Path):
-    rows, collator = _scenes(1)
-    task = fcast_task(tiny_fcast(row="flair"), row="flair")
-    task.collate_fn = collator
-    return task, rows
-
-
-def _classification(directory: Path):
-    rows = [{"image": image, "label": i % 5} for i, image in enumerate(random_images(2 * BATCH))]
-    model = tiny_classifier()
-    collator = ImageClassificationCollator(CASTImageProcessor(size=32, num_segments=16), lambda row: row["label"],
-                                           ["pixel_values", "superpixels"])
-    return ClassificationTask(model, collator), rows
-
-
-CASES = {"himo": _himo, "onelip": _onelip, "ditm": _ditm, "fcast": _fcast, "flair": _flair,
-         "classification": _classification}
 
 
 def one_step(name: str, accelerator, directory: Path, cached: bool) -> dict:
@@ -213,7 +129,7 @@ def test_batch_norm_statistics_are_updated_once_per_chunk(accelerator):
     size), and its running statistics move once per chunk, not once more in the second pass."""
     model = tiny_classifier().train()
     rows = [{"image": image, "label": i % 5} for i, image in enumerate(random_images(8))]
-    task = _classification(Path())[0]
+    task = CASES["classification"](Path())[0]
     task.model = model
     batch = task.collate_fn(rows)
     reference = copy.deepcopy(model)
@@ -232,13 +148,13 @@ def test_the_loop_trains_the_cached_batch_and_checks_its_size(accelerator, tmp_p
     the whole batch, and the run follows the uncached run's loss curve."""
     from hf_longclip.training.loop import train
 
-    rows = _himo(tmp_path)[1][:32]
+    rows = CASES["himo"](tmp_path)[1][:32]
     histories = []
     for sizes in (dict(per_device_train_batch_size=4, contrastive_batch_size=16),
                   dict(per_device_train_batch_size=16)):
         args = LoopArguments(output_dir=str(tmp_path / str(len(histories))), max_steps=3, warmup_steps=0,
                              logging_steps=1, learning_rate=1e-3, **sizes)
-        histories.append(train(_himo(tmp_path)[0], rows, args, accelerator)[1])
+        histories.append(train(CASES["himo"](tmp_path)[0], rows, args, accelerator)[1])
     cached, whole = ([record["loss"] for record in history] for history in histories)
     assert len(cached) == 3 and cached == pytest.approx(whole, rel=1e-5)
     with pytest.raises(ValueError, match="at least per_device_train_batch_size"):

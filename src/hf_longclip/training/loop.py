@@ -1,6 +1,6 @@
 """The one Accelerate training loop the example scripts share: single process, DDP or DeepSpeed ZeRO-2/3, with
 gradient accumulation, gradient caching (`gradient_cache`), checkpointing, mixed precision, periodic validation,
-trackers and exact resume. Its flags are
+trackers, exact resume and the whole step compiled (`--torch_compile`, `compile`). Its flags are
 `arguments.LoopArguments`; AdamW's parameter groups come from `optimizer`, batches streamed from shards from
 `streaming`."""
 
@@ -44,6 +44,7 @@ from .checkpoint import (
     save_checkpoint,
     write_atomic_directory,
 )
+from .compile import compile_options, compile_step
 from .gradient_cache import cached_backward
 from .optimizer import parameter_groups
 from .streaming import StreamedBatches
@@ -232,6 +233,10 @@ def train(
                 f"{len(train_dataset)} training samples make no full batch of "
                 f"{args.process_batch_size} x {accelerator.num_processes} processes"
             )
+    device_step, encode, loss = task.device_step, task.encode, task.loss
+    options = compile_options(args, accelerator)
+    if options is not None:  # the whole step: encoders and objective (see `compile`)
+        device_step, encode, loss = (compile_step(function, **options) for function in (device_step, encode, loss))
     steps_per_epoch = math.ceil(len(loader) / args.gradient_accumulation_steps)
     total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
     # accelerate steps a prepared scheduler once per process at each optimizer step, except under DeepSpeed,
@@ -277,13 +282,14 @@ def train(
         for batch in batches:
             with accelerator.accumulate(model):
                 if args.contrastive_batch_size:
-                    terms = cached_backward(task, model, batch, args.per_device_train_batch_size, accelerator)
-                    loss = sum_of_terms(terms)
+                    terms = cached_backward(task, model, batch, args.per_device_train_batch_size, accelerator,
+                                            encode, loss)
+                    total = sum_of_terms(terms)
                 else:
-                    terms = task.compute_loss(model, batch)
-                    loss = sum_of_terms(terms)
-                    accelerator.backward(loss)
-                window.add(loss, terms)
+                    terms = task.compute_loss(model, batch, device_step)
+                    total = sum_of_terms(terms)
+                    accelerator.backward(total)
+                window.add(total, terms)
                 if accelerator.sync_gradients and args.max_grad_norm > 0:
                     accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
                 optimizer.step()

@@ -40,7 +40,9 @@ truncation-based alignment the paper argues against.
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.utils import is_tracing
 
+from hf_longclip.modeling_common.dual_encoder import check_on_device
 from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_with_grad
 
 _EPS = 1e-8
@@ -222,7 +224,8 @@ class OneLIPLoss(nn.Module):
                 f"{width}: token-wise distillation (Eq. 3, 7) compares their token states one to one"
             )
         # NaN or inf in an input that matters reaches the terms (or stops the exact decomposition): one check of
-        # three scalars per step (one host sync), and only a failure searches the (B, L, d) inputs for the culprit
+        # three scalars per step, without a host sync (`check_on_device`); on the CPU a failure then searches the
+        # (B, L, d) inputs for the culprit
         inputs = {"long text encoder states": text_states, "teacher states": teacher_states,
                   "image embeddings": image_embeds, "text embeddings": text_embeds,
                   "hard-negative embeddings": hard_negative_embeds, "logit scale": logit_scale}
@@ -265,7 +268,9 @@ class OneLIPLoss(nn.Module):
             "token_loss": lambda_token * token,
             "contrastive_loss": lambda_contrastive * contrastive,
         }
-        if not torch.isfinite(torch.stack(list(terms.values()))).all():
+        finite = torch.isfinite(torch.stack(list(terms.values()))).all()
+        if finite.device.type == "cpu" and not is_tracing(finite) and not finite:  # free there: name the culprits
             _raise_on_non_finite(inputs)
-            raise ValueError(f"OneLIP's loss is not finite although its inputs are: {terms}")
+        check_on_device(finite, "OneLIP's loss is not finite: NaN or inf in its inputs (token states, embeddings, "
+                                "logit scale) or in the terms")
         return terms
