@@ -2,7 +2,8 @@
 contrastive batch of 64 encoded in chunks of 16 moves the weights exactly as one step on the batch of 64 in one piece,
 for every objective (HiMo-CLIP's MoLo with HiDe, OneLIP's three terms with its teacher and PO-HNM queues, DITM's
 triplet and ordering terms, F-CAST's part and whole sigmoid terms, FLAIR's, classification), in one process and under
-2-process DDP and DeepSpeed ZeRO-2 (this file is also the launched script); dropout is replayed in the second pass;
+2-process DDP and DeepSpeed ZeRO-2 (this file is also the launched script), where the compiled steps (`--torch_compile`,
+whole and cached) are also checked against the eager one; dropout is replayed in the second pass;
 BatchNorm statistics are updated once per chunk; the loop trains with it (a SIGKILLed cached run resuming exactly:
 test_train_scale.py).
 
@@ -26,6 +27,7 @@ from helpers.training_cases import BATCH, CASES
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
 from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.compile import compile_step
 from hf_longclip.training.gradient_cache import cached_backward
 from hf_longclip.training.task import sum_of_terms
 
@@ -34,9 +36,10 @@ LEARNING_RATE = 1e4
 RTOL = 1e-6  # float32: chunks' products and gradient sums round differently from the whole batch's
 
 
-def one_step(name: str, accelerator, directory: Path, cached: bool) -> dict:
+def one_step(name: str, accelerator, directory: Path, cached: bool, compiled: bool = False) -> dict:
     """One SGD step of case `name` on this process's 64 samples (rows 64 p ... 64 p + 63 of 128), with or without
-    gradient caching; returns the weight changes divided by the learning rate, the loss terms and PO-HNM's queues."""
+    gradient caching, eager or compiled as the loop's `--torch_compile` compiles it (`aot_eager`); returns the
+    weight changes divided by the learning rate, the loss terms and PO-HNM's queues."""
     from accelerate.utils import DistributedType
 
     task, rows = CASES[name](directory / ("cached" if cached else "whole"))
@@ -54,11 +57,15 @@ def one_step(name: str, accelerator, directory: Path, cached: bool) -> dict:
     rank = accelerator.process_index
     batch = {key: value.to(accelerator.device) if isinstance(value, torch.Tensor) else value
              for key, value in task.collate_fn(rows[rank * BATCH:(rank + 1) * BATCH]).items()}
+    steps = dict.fromkeys(("encode", "loss", "device_step"))
+    if compiled:
+        torch._dynamo.reset()
+        steps = {key: compile_step(getattr(task, key), backend="aot_eager") for key in steps}
     with accelerator.accumulate(prepared):
         if cached:
-            terms = cached_backward(task, prepared, batch, CHUNK, accelerator)
+            terms = cached_backward(task, prepared, batch, CHUNK, accelerator, steps["encode"], steps["loss"])
         else:
-            terms = task.compute_loss(prepared, batch)
+            terms = task.compute_loss(prepared, batch, steps["device_step"])
             accelerator.backward(sum_of_terms(terms))
         optimizer.step()
         optimizer.zero_grad()
@@ -69,12 +76,19 @@ def one_step(name: str, accelerator, directory: Path, cached: bool) -> dict:
     return {"changes": changes, "terms": {key: value.item() for key, value in terms.items()}, "queues": queues}
 
 
-def relative_differences(name: str, accelerator, directory: Path) -> dict[str, float]:
-    """How far the cached step is from the whole-batch step, relatively: the weight change (norm of the difference
-    over norm of the change, all parameters), the worst single parameter tensor by the same measure (among those
-    whose change is above 1e-6 of the whole: the others have a true gradient of 0, e.g. attention's key bias, and
-    hold rounding noise) and the worst loss term. PO-HNM's queues must be equal."""
-    cached, whole = (one_step(name, accelerator, directory, flag) for flag in (True, False))
+def relative_differences(name: str, accelerator, directory: Path, compiled: bool = False) -> dict[str, float]:
+    """How far the cached step (`compiled`: compiled, cached) is from the eager whole-batch step, relatively: the
+    weight change (norm of the difference over norm of the change, all parameters), the worst single parameter
+    tensor by the same measure (among those whose change is above 1e-6 of the whole: the others have a true gradient
+    of 0, e.g. attention's key bias, and hold rounding noise) and the worst loss term. PO-HNM's queues must be
+    equal."""
+    cached = one_step(name, accelerator, directory, True, compiled)
+    return differences(cached, one_step(name, accelerator, directory, False))
+
+
+def differences(candidate: dict, whole: dict) -> dict[str, float]:
+    """`relative_differences`' measures of `candidate`'s step against `whole`'s."""
+    cached = candidate
     errors = torch.stack([(cached["changes"][key] - change).norm() for key, change in whole["changes"].items()])
     norms = torch.stack([change.norm() for change in whole["changes"].values()])
     significant = norms > 1e-6 * norms.norm()
@@ -161,11 +175,11 @@ def test_the_loop_trains_the_cached_batch_and_checks_its_size(accelerator, tmp_p
         LoopArguments(per_device_train_batch_size=16, contrastive_batch_size=8)
 
 
-def launch(engine: list[str], tmp_path: Path) -> dict:
-    """This file under `accelerate launch` with 2 processes: every case, cached and whole; the relative differences
-    the main process measured."""
+def launch(engine: list[str], tmp_path: Path, *script_args: str) -> dict:
+    """This file under `accelerate launch` with 2 processes: every case, cached and whole (`--compiled`: also
+    compiled); the relative differences the main process measured."""
     command = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--num_processes", "2",
-               "--mixed_precision", "no", "--dynamo_backend", "no", *engine, __file__, str(tmp_path)]
+               "--mixed_precision", "no", "--dynamo_backend", "no", *engine, __file__, str(tmp_path), *script_args]
     run(command, dict(script_env(tmp_path / "datasets"), PYTHONPATH=os.pathsep.join(
         [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])), tmp_path)
     return json.loads((tmp_path / "differences.json").read_text())
@@ -185,17 +199,40 @@ def test_chunks_of_16_step_as_one_batch_of_64_per_process_under_two_processes(en
         assert measured["worst_tensor"] < 10 * RTOL, name
 
 
-def main(output_dir: str) -> None:
-    """Each launched process: every case, cached and whole, on its 64 of the 128 samples."""
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", [
+    pytest.param(["--config_file", str(CONFIGS / "multi_gpu.yaml")], id="ddp"),
+    pytest.param(["--config_file", str(CONFIGS / "zero2.yaml")], id="zero2", marks=needs_deepspeed),
+])
+def test_compiled_steps_equal_eager_under_two_processes(engine, tmp_path):
+    """`--torch_compile` under DDP and ZeRO-2: the compiled whole step, and the compiled cached step, move the weights
+    as the eager whole step does, to float32 rounding (test_compile.py: the same in one process)."""
+    measured = launch(engine, tmp_path, "--compiled")
+    print(measured)
+    assert set(measured) == set(CASES) | {f"{name}/whole" for name in CASES}
+    for name, values in measured.items():
+        assert values["weight_change"] < 1e-5 and values["loss"] < 1e-5, name
+        assert values["worst_tensor"] < 1e-4, name
+
+
+def main(output_dir: str, compiled: bool = False) -> None:
+    """Each launched process: every case, cached and whole, on its 64 of the 128 samples; with `compiled`, also the
+    compiled whole step, and the cached step compiled."""
     from hf_longclip.training.loop import make_accelerator
 
     accelerator = make_accelerator(LoopArguments(output_dir=output_dir, max_grad_norm=0.0))
     directory = Path(output_dir)
-    differences = {name: relative_differences(name, accelerator, directory / name) for name in CASES}
+    measured = {}
+    for name in CASES:
+        measured[name] = relative_differences(name, accelerator, directory / name, compiled)
+        if compiled:
+            whole = one_step(name, accelerator, directory / name / "eager", False)
+            compiled_whole = one_step(name, accelerator, directory / name / "compiled", False, compiled=True)
+            measured[f"{name}/whole"] = differences(compiled_whole, whole)
     if accelerator.is_main_process:
-        (directory / "differences.json").write_text(json.dumps(differences, indent=2))
+        (directory / "differences.json").write_text(json.dumps(measured, indent=2))
     accelerator.wait_for_everyone()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], compiled="--compiled" in sys.argv[2:])
