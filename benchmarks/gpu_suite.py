@@ -51,7 +51,9 @@ every configuration; an error in one configuration (a failed compile, say) is re
 traceback and the suite goes on. Compiled entries carry torch.compile's graph and graph-break counts. With
 `--profile`, `<out>/profile_<config>.json.gz` (Chrome trace) and `.txt` (operator table, the Python stack of every
 host sync). On the CPU (`--tiny`) the sync count is of scalar reads (`_local_scalar_dense`; the CPU has no CUDA
-runtime events), leaving out those of the CPU's fused AdamW kernel, which a GPU does not make. The repository's
+runtime events), leaving out those of the CPU's fused AdamW kernel, which a GPU does not make; it includes the
+library's input checks in a compiled step, device assertions (`torch._assert_async`) that read their scalar on the
+CPU only (a GPU checks them on the device, without a sync). The repository's
 `src` is put on `sys.path` here, so the library need not be installed; OpenCV and scikit-image, which only CAST's
 image processor imports, are stubbed where missing.
 """
