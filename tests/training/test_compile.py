@@ -89,3 +89,19 @@ def test_the_loop_trains_compiled_as_eager(cached, accelerator, tmp_path):
     compiled, eager = ([record["loss"] for record in history] for history in histories)
     assert len(compiled) == 3 and compiled == pytest.approx(eager, rel=RTOL)
     assert histories[0][-1]["queues_refreshed"] == histories[1][-1]["queues_refreshed"] > 0
+
+
+def test_a_task_that_overrides_compute_loss_is_refused(accelerator, tmp_path):
+    """The loop compiles `device_step`: a task whose own `compute_loss` would bypass it gets a clear error."""
+    from hf_longclip.training.loop import train
+
+    task, rows = CASES["himo"](tmp_path)
+
+    class OwnLoss(type(task)):
+        def compute_loss(self, model, batch):
+            return super().compute_loss(model, batch)
+
+    task.__class__ = OwnLoss
+    args = LoopArguments(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=8, torch_compile=True)
+    with pytest.raises(ValueError, match="OwnLoss overrides compute_loss"):
+        train(task, rows[:16], args, accelerator)

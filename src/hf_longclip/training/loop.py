@@ -233,10 +233,13 @@ def train(
                 f"{len(train_dataset)} training samples make no full batch of "
                 f"{args.process_batch_size} x {accelerator.num_processes} processes"
             )
-    device_step, encode, loss = task.device_step, task.encode, task.loss
+    compiled = {}  # the whole step's device work, compiled: encoders and objective (see `compile`)
     options = compile_options(args, accelerator)
-    if options is not None:  # the whole step: encoders and objective (see `compile`)
-        device_step, encode, loss = (compile_step(function, **options) for function in (device_step, encode, loss))
+    if options is not None:
+        if type(task).compute_loss is not Task.compute_loss:
+            raise ValueError(f"--torch_compile compiles a task's device_step, but {type(task).__name__} overrides "
+                             f"compute_loss: define encode and loss (hf_longclip.training.task) instead")
+        compiled = {name: compile_step(getattr(task, name), **options) for name in ("device_step", "encode", "loss")}
     steps_per_epoch = math.ceil(len(loader) / args.gradient_accumulation_steps)
     total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
     # accelerate steps a prepared scheduler once per process at each optimizer step, except under DeepSpeed,
@@ -283,10 +286,11 @@ def train(
             with accelerator.accumulate(model):
                 if args.contrastive_batch_size:
                     terms = cached_backward(task, model, batch, args.per_device_train_batch_size, accelerator,
-                                            encode, loss)
+                                            compiled.get("encode"), compiled.get("loss"))
                     total = sum_of_terms(terms)
                 else:
-                    terms = task.compute_loss(model, batch, device_step)
+                    terms = (task.compute_loss(model, batch, compiled["device_step"]) if compiled
+                             else task.compute_loss(model, batch))
                     total = sum_of_terms(terms)
                     accelerator.backward(total)
                 window.add(total, terms)
