@@ -164,16 +164,30 @@ def check_pixel_values(pixel_values: torch.Tensor) -> None:
         raise ValueError(f"pixel_values is empty (shape {tuple(pixel_values.shape)}): pass at least one image")
 
 
+def check_on_device(condition: torch.Tensor, message: str) -> None:
+    """Raise `ValueError(message)` unless the 0-dim bool tensor `condition` holds, without a host synchronisation:
+    on the CPU in eager mode the check is immediate (the host holds the value); on an accelerator, and inside a
+    compiled graph, it is an asynchronous device assertion (`torch._assert_async`), which fails with `message` (as
+    a RuntimeError) when the device next synchronises. No graph break, no per-step wait."""
+    if condition.device.type == "cpu" and not is_tracing(condition):
+        if not condition:
+            raise ValueError(message)
+    else:
+        torch._assert_async(condition, message)
+
+
 def end_of_text_positions(input_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:
     """Where CLIP pools each text: its first end-of-text token (with CLIP's legacy `eos_token_id == 2`, its largest
-    id, as transformers does). A text without the end-of-text token is a ValueError, checked in eager mode only
-    (under torch.compile, torch.export or tracing a data-dependent branch would break the graph)."""
+    id, as transformers does). A text without the end-of-text token is a ValueError on the CPU, an asynchronous
+    device assertion on an accelerator (`check_on_device`: no host synchronisation); not checked while tracing
+    (torch.export and ONNX export keep no assertion)."""
     if eos_token_id == 2:
         return input_ids.to(torch.int).argmax(dim=-1)
     is_end = input_ids == eos_token_id
-    if not is_tracing(input_ids) and not is_end.any(dim=-1).all():
-        raise ValueError(
+    if not is_tracing(input_ids):
+        check_on_device(
+            is_end.any(dim=-1).all(),
             f"every text must contain the end-of-text token (id {eos_token_id}): CLIP pools its embedding there. "
-            "Tokenize with the model's processor, which keeps it when truncating."
+            "Tokenize with the model's processor, which keeps it when truncating.",
         )
     return is_end.int().argmax(dim=-1)

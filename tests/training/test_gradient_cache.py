@@ -1,9 +1,10 @@
 """Gradient caching (`--contrastive_batch_size`, `hf_longclip.training.gradient_cache`): one optimizer step on a
 contrastive batch of 64 encoded in chunks of 16 moves the weights exactly as one step on the batch of 64 in one piece,
 for every objective (HiMo-CLIP's MoLo with HiDe, as in the paper and as released, Long-CLIP's, OneLIP's three terms
-with its teacher and PO-HNM queues, DITM's triplet and ordering terms, F-CAST's part and whole sigmoid terms, FLAIR's,
-classification), in one process and under 2-process DDP and DeepSpeed ZeRO-2 (this file is also the launched
-script); dropout is replayed in the second pass; BatchNorm statistics are updated once per chunk; the loop trains with it (a SIGKILLed cached run resuming exactly:
+with its teacher and PO-HNM queues, DITM's triplet and ordering terms, F-CAST's part and whole sigmoid terms, FLAIR's, classification), in one process and under
+2-process DDP and DeepSpeed ZeRO-2 (this file is also the launched script), where the compiled steps (`--torch_compile`,
+whole and cached) are also checked against the eager one; dropout is replayed in the second pass;
+BatchNorm statistics are updated once per chunk; the loop trains with it (a SIGKILLed cached run resuming exactly:
 test_train_scale.py).
 
 The step is SGD with a learning rate of 1e4: its weight change, lr x gradient, is then far above the weights' float32
@@ -19,122 +20,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import (
-    CAPTIONS,
-    himo_task,
-    random_images,
-    tiny_clip,
-    tiny_himo,
-    tiny_processor,
-    tiny_sub_configs,
-)
+from conftest import CAPTIONS, himo_task, random_images, tiny_processor, tiny_sub_configs
 from helpers.cast import tiny_classifier
-from helpers.ditm import ditm_processor, tiny_ditm
-from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
-from helpers.fcast import fcast_task, tiny_fcast
-from helpers.fcast import tiny_processor as fcast_processor
 from helpers.launch import CONFIGS, needs_deepspeed, run, script_env
-from helpers.onelip import handmade_bank, unit
+from helpers.training_cases import BATCH, CASES
 
-from hf_longclip import CASTImageProcessor, HiMoCLIPConfig, HiMoCLIPModel, OneLIPForPreTraining, OneLIPProcessor
-from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.models.cast.task import ClassificationTask, ImageClassificationCollator
-from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator
-from hf_longclip.models.fcast.task import FCASTCollator
-from hf_longclip.models.himo_clip.task import FirstSentenceCollator, LongCLIPTask
-from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
-from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
 from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.compile import compile_step
 from hf_longclip.training.gradient_cache import cached_backward
 from hf_longclip.training.task import sum_of_terms
 
-BATCH, CHUNK = 64, 16  # per process
+CHUNK = 16  # per process
 LEARNING_RATE = 1e4
 RTOL = 1e-6  # float32: chunks' products and gradient sums round differently from the whole batch's
 
 
-def _himo(directory: Path):
-    rows = [{"image": image, "caption": f"{CAPTIONS[i % 4]} number {i}."} for i, image in
-            enumerate(random_images(2 * BATCH))]
-    return himo_task(tiny_himo(seed=0), ImageTextCollator(tiny_processor())), rows
-
-
-def _himo_released(directory: Path):
-    """MoLo with the official code's recipe: HiDe per process, components as reconstructed, gathers without gradient."""
-    task, rows = _himo(directory)
-    return himo_task(task.model, task.collate_fn, recipe="released"), rows
-
-
-def _longclip(directory: Path):
-    """Long-CLIP's objective: long captions and their first sentences, the images' first 8 principal components."""
-    rows = [{"image": image, "caption": f"{CAPTIONS[i % 4]} number {i}."} for i, image in
-            enumerate(random_images(2 * BATCH))]
-    return LongCLIPTask(tiny_himo(seed=0), FirstSentenceCollator(tiny_processor()), num_components=8), rows
-
-
-def _onelip(directory: Path):
-    """OneLIP with its teacher and PO-HNM queues of 4 negatives per sample, due for a refresh at this step."""
-    clip = tiny_clip()
-    base = tiny_processor()
-    processor = OneLIPProcessor(image_processor=base.image_processor, tokenizer=base.tokenizer, max_length=248)
-    rng = np.random.default_rng(0)
-    bank = handmade_bank(directory / "bank", unit(rng.normal(size=(4 * BATCH, 16))).astype(np.float16),
-                         unit(rng.normal(size=(2 * BATCH, 16))).astype(np.float16), per_sample=2)
-    queues = HardNegativeQueues(bank, directory / "queues", queue_size=4, update_steps=1)
-    task = OneLIPTask(OneLIPForPreTraining.from_clip(clip), ImageTextCollator(processor, index_column="index"), teacher=clip,
-                      hard_negatives=queues, trim_top_k=20)
-    task.step = 1  # the queues were filled at step 0: each is refreshed with this step's embeddings
-    rows = [{"image": image, "caption": f"{CAPTIONS[i % 4]} {CAPTIONS[(i + 1) % 4]} number {i}.", "index": i}
-            for i, image in enumerate(random_images(2 * BATCH))]
-    return task, rows
-
-
-def _ditm(directory: Path):
-    """64 images with 2 of their 3 graded captions each (128 texts), in chunks of 16 images."""
-    rows = [{"image": image, "captions": [f"{CAPTIONS[(i + j) % 4]} number {i}." for j in range(3)],
-             "descriptiveness": [0.1, 0.5, 0.9], "image_id": i} for i, image in enumerate(random_images(2 * BATCH))]
-    return DITMTask(tiny_ditm(), MultiCaptionCollator(ditm_processor())), rows
-
-
-def _scenes(num_chunks: int) -> tuple:
-    rows = [{"image": image, "caption": SCENE_CAPTIONS[i % 4], "captions": [SCENE_CAPTIONS[i % 4],
-                                                                            SCENE_CAPTIONS[(i + 1) % 4]]}
-            for i, image in enumerate(random_images(2 * BATCH))]
-    return rows, FCASTCollator(fcast_processor(num_chunks), num_sub_captions=max(num_chunks, 2))
-
-
-def _fcast(directory: Path):
-    """F-CAST's two-level loss on its CAST backbone (the stem's BatchNorm on running statistics: see
-    test_batch_norm_statistics_are_updated_once_per_chunk)."""
-    rows, collator = _scenes(4)
-    task = fcast_task(tiny_fcast(row="fcast"))
-    task.collate_fn = collator
-    task.model.vision_model.embeddings.stem.apply(lambda m: m.eval() if isinstance(m, torch.nn.BatchNorm2d) else None)
-    return task, rows
-
-
-def _flair(directory: Path):
-    rows, collator = _scenes(1)
-    task = fcast_task(tiny_fcast(row="flair"), row="flair")
-    task.collate_fn = collator
-    return task, rows
-
-
-def _classification(directory: Path):
-    rows = [{"image": image, "label": i % 5} for i, image in enumerate(random_images(2 * BATCH))]
-    model = tiny_classifier()
-    collator = ImageClassificationCollator(CASTImageProcessor(size=32, num_segments=16), lambda row: row["label"],
-                                           ["pixel_values", "superpixels"])
-    return ClassificationTask(model, collator), rows
-
-
-CASES = {"himo": _himo, "himo_released": _himo_released, "longclip": _longclip, "onelip": _onelip, "ditm": _ditm,
-         "fcast": _fcast, "flair": _flair, "classification": _classification}
-
-
-def one_step(name: str, accelerator, directory: Path, cached: bool) -> dict:
+def one_step(name: str, accelerator, directory: Path, cached: bool, compiled: bool = False) -> dict:
     """One SGD step of case `name` on this process's 64 samples (rows 64 p ... 64 p + 63 of 128), with or without
-    gradient caching; returns the weight changes divided by the learning rate, the loss terms and PO-HNM's queues."""
+    gradient caching, eager or compiled as the loop's `--torch_compile` compiles it (`aot_eager`); returns the
+    weight changes divided by the learning rate, the loss terms and PO-HNM's queues."""
     from accelerate.utils import DistributedType
 
     task, rows = CASES[name](directory / ("cached" if cached else "whole"))
@@ -152,11 +57,15 @@ def one_step(name: str, accelerator, directory: Path, cached: bool) -> dict:
     rank = accelerator.process_index
     batch = {key: value.to(accelerator.device) if isinstance(value, torch.Tensor) else value
              for key, value in task.collate_fn(rows[rank * BATCH:(rank + 1) * BATCH]).items()}
+    steps = dict.fromkeys(("encode", "loss", "device_step"))
+    if compiled:
+        torch._dynamo.reset()
+        steps = {key: compile_step(getattr(task, key), backend="aot_eager") for key in steps}
     with accelerator.accumulate(prepared):
         if cached:
-            terms = cached_backward(task, prepared, batch, CHUNK, accelerator)
+            terms = cached_backward(task, prepared, batch, CHUNK, accelerator, steps["encode"], steps["loss"])
         else:
-            terms = task.compute_loss(prepared, batch)
+            terms = task.compute_loss(prepared, batch, steps["device_step"])
             accelerator.backward(sum_of_terms(terms))
         optimizer.step()
         optimizer.zero_grad()
@@ -167,12 +76,19 @@ def one_step(name: str, accelerator, directory: Path, cached: bool) -> dict:
     return {"changes": changes, "terms": {key: value.item() for key, value in terms.items()}, "queues": queues}
 
 
-def relative_differences(name: str, accelerator, directory: Path) -> dict[str, float]:
-    """How far the cached step is from the whole-batch step, relatively: the weight change (norm of the difference
-    over norm of the change, all parameters), the worst single parameter tensor by the same measure (among those
-    whose change is above 1e-6 of the whole: the others have a true gradient of 0, e.g. attention's key bias, and
-    hold rounding noise) and the worst loss term. PO-HNM's queues must be equal."""
-    cached, whole = (one_step(name, accelerator, directory, flag) for flag in (True, False))
+def relative_differences(name: str, accelerator, directory: Path, compiled: bool = False) -> dict[str, float]:
+    """How far the cached step (`compiled`: compiled, cached) is from the eager whole-batch step, relatively: the
+    weight change (norm of the difference over norm of the change, all parameters), the worst single parameter
+    tensor by the same measure (among those whose change is above 1e-6 of the whole: the others have a true gradient
+    of 0, e.g. attention's key bias, and hold rounding noise) and the worst loss term. PO-HNM's queues must be
+    equal."""
+    cached = one_step(name, accelerator, directory, True, compiled)
+    return differences(cached, one_step(name, accelerator, directory, False))
+
+
+def differences(candidate: dict, whole: dict) -> dict[str, float]:
+    """`relative_differences`' measures of `candidate`'s step against `whole`'s."""
+    cached = candidate
     errors = torch.stack([(cached["changes"][key] - change).norm() for key, change in whole["changes"].items()])
     norms = torch.stack([change.norm() for change in whole["changes"].values()])
     significant = norms > 1e-6 * norms.norm()
@@ -227,7 +143,7 @@ def test_batch_norm_statistics_are_updated_once_per_chunk(accelerator):
     size), and its running statistics move once per chunk, not once more in the second pass."""
     model = tiny_classifier().train()
     rows = [{"image": image, "label": i % 5} for i, image in enumerate(random_images(8))]
-    task = _classification(Path())[0]
+    task = CASES["classification"](Path())[0]
     task.model = model
     batch = task.collate_fn(rows)
     reference = copy.deepcopy(model)
@@ -246,24 +162,24 @@ def test_the_loop_trains_the_cached_batch_and_checks_its_size(accelerator, tmp_p
     the whole batch, and the run follows the uncached run's loss curve."""
     from hf_longclip.training.loop import train
 
-    rows = _himo(tmp_path)[1][:32]
+    rows = CASES["himo"](tmp_path)[1][:32]
     histories = []
     for sizes in (dict(per_device_train_batch_size=4, contrastive_batch_size=16),
                   dict(per_device_train_batch_size=16)):
         args = LoopArguments(output_dir=str(tmp_path / str(len(histories))), max_steps=3, warmup_steps=0,
                              logging_steps=1, learning_rate=1e-3, **sizes)
-        histories.append(train(_himo(tmp_path)[0], rows, args, accelerator)[1])
+        histories.append(train(CASES["himo"](tmp_path)[0], rows, args, accelerator)[1])
     cached, whole = ([record["loss"] for record in history] for history in histories)
     assert len(cached) == 3 and cached == pytest.approx(whole, rel=1e-5)
     with pytest.raises(ValueError, match="at least per_device_train_batch_size"):
         LoopArguments(per_device_train_batch_size=16, contrastive_batch_size=8)
 
 
-def launch(engine: list[str], tmp_path: Path) -> dict:
-    """This file under `accelerate launch` with 2 processes: every case, cached and whole; the relative differences
-    the main process measured."""
+def launch(engine: list[str], tmp_path: Path, *script_args: str) -> dict:
+    """This file under `accelerate launch` with 2 processes: every case, cached and whole (`--compiled`: also
+    compiled); the relative differences the main process measured."""
     command = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--num_processes", "2",
-               "--mixed_precision", "no", "--dynamo_backend", "no", *engine, __file__, str(tmp_path)]
+               "--mixed_precision", "no", "--dynamo_backend", "no", *engine, __file__, str(tmp_path), *script_args]
     run(command, dict(script_env(tmp_path / "datasets"), PYTHONPATH=os.pathsep.join(
         [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])), tmp_path)
     return json.loads((tmp_path / "differences.json").read_text())
@@ -283,17 +199,40 @@ def test_chunks_of_16_step_as_one_batch_of_64_per_process_under_two_processes(en
         assert measured["worst_tensor"] < 10 * RTOL, name
 
 
-def main(output_dir: str) -> None:
-    """Each launched process: every case, cached and whole, on its 64 of the 128 samples."""
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", [
+    pytest.param(["--config_file", str(CONFIGS / "multi_gpu.yaml")], id="ddp"),
+    pytest.param(["--config_file", str(CONFIGS / "zero2.yaml")], id="zero2", marks=needs_deepspeed),
+])
+def test_compiled_steps_equal_eager_under_two_processes(engine, tmp_path):
+    """`--torch_compile` under DDP and ZeRO-2: the compiled whole step, and the compiled cached step, move the weights
+    as the eager whole step does, to float32 rounding (test_compile.py: the same in one process)."""
+    measured = launch(engine, tmp_path, "--compiled")
+    print(measured)
+    assert set(measured) == set(CASES) | {f"{name}/whole" for name in CASES}
+    for name, values in measured.items():
+        assert values["weight_change"] < 1e-5 and values["loss"] < 1e-5, name
+        assert values["worst_tensor"] < 1e-4, name
+
+
+def main(output_dir: str, compiled: bool = False) -> None:
+    """Each launched process: every case, cached and whole, on its 64 of the 128 samples; with `compiled`, also the
+    compiled whole step, and the cached step compiled."""
     from hf_longclip.training.loop import make_accelerator
 
     accelerator = make_accelerator(LoopArguments(output_dir=output_dir, max_grad_norm=0.0))
     directory = Path(output_dir)
-    differences = {name: relative_differences(name, accelerator, directory / name) for name in CASES}
+    measured = {}
+    for name in CASES:
+        measured[name] = relative_differences(name, accelerator, directory / name, compiled)
+        if compiled:
+            whole = one_step(name, accelerator, directory / name / "eager", False)
+            compiled_whole = one_step(name, accelerator, directory / name / "compiled", False, compiled=True)
+            measured[f"{name}/whole"] = differences(compiled_whole, whole)
     if accelerator.is_main_process:
-        (directory / "differences.json").write_text(json.dumps(differences, indent=2))
+        (directory / "differences.json").write_text(json.dumps(measured, indent=2))
     accelerator.wait_for_everyone()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], compiled="--compiled" in sys.argv[2:])

@@ -4,6 +4,7 @@ SigLIP's pairwise sigmoid loss. Pure functions of embeddings (torch only); train
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from transformers.utils import is_tracing
 
 from hf_longclip.modeling_common.dual_encoder import pairwise_sigmoid_loss
 
@@ -12,17 +13,21 @@ def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     """All-gather rows across processes keeping autograd; returns the global tensor and this rank's row offset.
 
     `torch.distributed.nn.functional.all_gather` back-propagates into every shard (accelerate's `gather` does not).
-    Every process must contribute the same number of rows; a mismatch is an error, not a silent misalignment.
+    Every process must contribute the same number of rows; in eager mode a mismatch is an error, not a silent
+    misalignment (the sizes are exchanged and read on the host); in a compiled step that check, a host read, is
+    left out: the training loop gives every process equal batches.
     """
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return tensor, 0
     from torch.distributed.nn.functional import all_gather
 
-    sizes = [torch.zeros(1, dtype=torch.long, device=tensor.device) for _ in range(dist.get_world_size())]
-    dist.all_gather(sizes, torch.tensor([tensor.shape[0]], device=tensor.device))
-    sizes = [int(s) for s in sizes]
-    if len(set(sizes)) != 1:
-        raise ValueError(f"every process must contribute the same batch size to the contrastive loss, got {sizes}")
+    if not is_tracing(tensor):
+        sizes = [torch.zeros(1, dtype=torch.long, device=tensor.device) for _ in range(dist.get_world_size())]
+        dist.all_gather(sizes, torch.tensor([tensor.shape[0]], device=tensor.device))
+        sizes = [int(s) for s in sizes]
+        if len(set(sizes)) != 1:
+            raise ValueError(f"every process must contribute the same batch size to the contrastive loss, got "
+                             f"{sizes}")
     return torch.cat(all_gather(tensor)), dist.get_rank() * tensor.shape[0]
 
 

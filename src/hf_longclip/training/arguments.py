@@ -66,6 +66,14 @@ class LoopArguments:
     ddp_find_unused_parameters: bool = field(default=False, metadata={
         "help": "let DDP handle parameters without a gradient in a step (e.g. a backbone frozen for a warm-up); "
                 "costs a graph traversal per step"})
+    torch_compile: bool = field(default=False, metadata={
+        "help": "compile the whole training step, the model's encoders and the objective (torch.compile; under "
+                "gradient caching its encoding and its loss), with no graph break; accelerate's own dynamo "
+                "configuration does the same. See docs/training.md"})
+    torch_compile_backend: str = field(default="inductor", metadata={
+        "help": "torch.compile backend of --torch_compile ('inductor'; 'aot_eager' traces without generating code)"})
+    torch_compile_mode: str | None = field(default=None, metadata={
+        "help": "torch.compile mode of --torch_compile (None, 'reduce-overhead', 'max-autotune', ...)"})
     mixed_precision: str | None = field(default=None, metadata={
         "help": "'no', 'fp16' or 'bf16'; None: what the accelerate launch config says"})
     logging_steps: int = field(default=20, metadata={"help": "log the loss terms and learning rate every N "
@@ -138,7 +146,7 @@ NO_TOWER_LOCKS = dict(lock_image=False, lock_image_unlocked_layers=0, lock_text=
 
 # Arguments that may change between a run and its resume: the output's location, how long the run goes on (a resume
 # may extend it: the schedule then follows the new length), logging, evaluation and checkpointing cadence, memory-only
-# options (same arithmetic), which of a script's rows run, publishing and whether remote code may run. Every other
+# and speed-only options (same arithmetic, up to rounding under compilation), which of a script's rows run, publishing and whether remote code may run. Every other
 # argument shapes the run (data, model, objective, optimiser, batch, seed, processes...) and is saved with each
 # checkpoint; a resume with a different value is refused (`run_signature`, `checkpoint.check_arguments`).
 FREE_ON_RESUME = frozenset({
@@ -146,7 +154,7 @@ FREE_ON_RESUME = frozenset({
     "ddp_find_unused_parameters", "logging_steps", "report_to", "eval_steps", "checkpointing_steps",
     "save_total_limit", "resume_from_checkpoint", "overwrite_output_dir", "allow_changed_arguments",
     "variants", "ablation", "models", "push_to_hub", "hub_model_id", "hub_private", "trust_remote_code",
-    "base_cache_dir",
+    "base_cache_dir", "torch_compile", "torch_compile_backend", "torch_compile_mode",
 })
 
 

@@ -71,18 +71,22 @@ def _concatenate(values: list) -> torch.Tensor | None:
 
 
 def cached_backward(task: Task, model: torch.nn.Module, batch: dict, chunk_size: int,
-                    accelerator: Accelerator) -> dict[str, torch.Tensor]:
+                    accelerator: Accelerator, encode=None, loss=None) -> dict[str, torch.Tensor]:
     """Back-propagate `task`'s loss over the whole `batch` into `model`'s gradients, encoding `chunk_size` samples
     at a time (see the module docstring); returns the loss terms, detached. Called where the loop would call
-    `accelerator.backward` (inside `accelerator.accumulate`): the last chunk's backward is the step's."""
+    `accelerator.backward` (inside `accelerator.accumulate`): the last chunk's backward is the step's. `encode` and
+    `loss` replace `task.encode` and `task.loss` (the loop passes compiled ones); the task's host work
+    (`prepare_step`, `finish_step`) runs around them."""
+    encode, loss = encode or task.encode, loss or task.loss
     device = accelerator.device
+    batch = task.prepare_step(model, batch)
     chunks = task.split_batch(batch, chunk_size)
     shared = set(task.shared_outputs)
     states, encoded = [], []
     with torch.no_grad():
         for chunk in chunks:
             states.append(_rng_state(device))
-            encoded.append(task.encode(model, chunk))
+            encoded.append(encode(model, chunk))
     after_first_pass = _rng_state(device)
     statistics = [buffer.clone() for buffer in _batch_norm_buffers(model)]
 
@@ -92,8 +96,9 @@ def cached_backward(task: Task, model: torch.nn.Module, batch: dict, chunk_size:
               if value is not None and value.is_floating_point()}
     direct = [param for param in model.parameters() if param.requires_grad]
     with torch.enable_grad():
-        terms = task.loss(model, {**whole, **leaves}, batch)
+        terms = loss(model, {**whole, **leaves}, batch)
         gradients = torch.autograd.grad(sum_of_terms(terms), [*leaves.values(), *direct], allow_unused=True)
+    task.finish_step(model, batch, whole)
     terms = {name: term.detach() for name, term in terms.items()}  # the loss's graph goes now, not after pass 2
     cached = dict(zip(leaves, gradients[: len(leaves)]))
     direct_terms = [(param, grad) for param, grad in zip(direct, gradients[len(leaves):]) if grad is not None]
@@ -105,7 +110,7 @@ def cached_backward(task: Task, model: torch.nn.Module, batch: dict, chunk_size:
         last = index == len(chunks) - 1
         with contextlib.nullcontext() if last else _gradients_kept_local(accelerator, model):
             _set_rng_state(states[index], device)
-            outputs = task.encode(model, chunk)
+            outputs = encode(model, chunk)
             surrogate = [(outputs[key] * grads[index]).sum() for key, grads in per_chunk.items()
                          if outputs[key].requires_grad]
             if last:

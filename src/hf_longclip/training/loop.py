@@ -1,6 +1,6 @@
 """The one Accelerate training loop the example scripts share: single process, DDP or DeepSpeed ZeRO-2/3, with
 gradient accumulation, gradient caching (`gradient_cache`), checkpointing, mixed precision, periodic validation,
-trackers and exact resume. Its flags are
+trackers, exact resume and the whole step compiled (`--torch_compile`, `compile`). Its flags are
 `arguments.LoopArguments`; AdamW's parameter groups come from `optimizer`, batches streamed from shards from
 `streaming`."""
 
@@ -44,6 +44,7 @@ from .checkpoint import (
     save_checkpoint,
     write_atomic_directory,
 )
+from .compile import compile_options, compile_step
 from .gradient_cache import cached_backward
 from .optimizer import lock_towers, parameter_groups
 from .streaming import StreamedBatches
@@ -233,6 +234,13 @@ def train(
                 f"{len(train_dataset)} training samples make no full batch of "
                 f"{args.process_batch_size} x {accelerator.num_processes} processes"
             )
+    compiled = {}  # the whole step's device work, compiled: encoders and objective (see `compile`)
+    options = compile_options(args, accelerator)
+    if options is not None:
+        if type(task).compute_loss is not Task.compute_loss:
+            raise ValueError(f"--torch_compile compiles a task's device_step, but {type(task).__name__} overrides "
+                             f"compute_loss: define encode and loss (hf_longclip.training.task) instead")
+        compiled = {name: compile_step(getattr(task, name), **options) for name in ("device_step", "encode", "loss")}
     steps_per_epoch = math.ceil(len(loader) / args.gradient_accumulation_steps)
     total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
     # accelerate steps a prepared scheduler once per process at each optimizer step, except under DeepSpeed,
@@ -279,13 +287,15 @@ def train(
         for batch in batches:
             with accelerator.accumulate(model):
                 if args.contrastive_batch_size:
-                    terms = cached_backward(task, model, batch, args.per_device_train_batch_size, accelerator)
-                    loss = sum_of_terms(terms)
+                    terms = cached_backward(task, model, batch, args.per_device_train_batch_size, accelerator,
+                                            compiled.get("encode"), compiled.get("loss"))
+                    total = sum_of_terms(terms)
                 else:
-                    terms = task.compute_loss(model, batch)
-                    loss = sum_of_terms(terms)
-                    accelerator.backward(loss)
-                window.add(loss, terms)
+                    terms = (task.compute_loss(model, batch, compiled["device_step"]) if compiled
+                             else task.compute_loss(model, batch))
+                    total = sum_of_terms(terms)
+                    accelerator.backward(total)
+                window.add(total, terms)
                 if accelerator.sync_gradients and args.max_grad_norm > 0:
                     accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
                 optimizer.step()

@@ -10,7 +10,9 @@ queues) belongs to the task, in open_clip's style:
 
 Each model's own task lives in its folder (`hf_longclip.models.<arch>.task`). The loop calls, on every process:
 - `compute_loss(model, batch) -> {term: tensor}`: the objective's named terms (their sum is what is
-  back-propagated; each term is logged on its own). It is `loss(model, encode(model, batch), batch)`:
+  back-propagated; each term is logged on its own). It is `loss(model, encode(model, batch), batch)` (`device_step`,
+  the work `--torch_compile` compiles whole), between two hooks for host work that stays outside it,
+  `prepare_step(model, batch) -> batch` and `finish_step(model, batch, encoded)` (PO-HNM's queue reads and refreshes):
   `encode(model, batch) -> {name: tensor}` runs the model (and whatever else sees one sample at a time, such as a
   frozen teacher) and returns per-sample tensors (one row per sample, concatenable across chunks of the batch) and
   the `shared_outputs` (the logit scale: the same for every chunk); `loss` applies the objective to them and to the
@@ -91,8 +93,29 @@ class Task:
     #: names of `encode`'s outputs that do not depend on the samples (a logit scale): not concatenated across chunks
     shared_outputs: tuple[str, ...] = ()
 
-    def compute_loss(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
-        return self.loss(model, self.encode(model, batch), batch)
+    def compute_loss(self, model: torch.nn.Module, batch: dict, device_step: Callable | None = None
+                     ) -> dict[str, torch.Tensor]:
+        """The terms of `batch`'s loss: host work, `device_step` (default: `self.device_step`; the loop passes a
+        compiled one), host work."""
+        batch = self.prepare_step(model, batch)
+        terms, encoded = (device_step or self.device_step)(model, batch)
+        self.finish_step(model, batch, encoded)
+        return terms
+
+    def device_step(self, model: torch.nn.Module, batch: dict) -> tuple[dict[str, torch.Tensor], dict]:
+        """The step's device work, `encode` then `loss`: (the terms, `encode`'s outputs). With `--torch_compile` the
+        loop compiles it whole; it reads nothing on the host."""
+        encoded = self.encode(model, batch)
+        return self.loss(model, encoded, batch), encoded
+
+    def prepare_step(self, model: torch.nn.Module, batch: dict) -> dict:
+        """Host work before a step, outside any compiled region (reading PO-HNM's queues); returns the batch the
+        step sees (default: `batch`)."""
+        return batch
+
+    def finish_step(self, model: torch.nn.Module, batch: dict, encoded: dict) -> None:
+        """Host work after a step's loss, outside any compiled region, given `prepare_step`'s batch and `encode`'s
+        outputs for the whole batch (refreshing PO-HNM's queues with them; default: none)."""
 
     def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor | None]:
         """What the loss needs from the model for the samples of `batch`: per-sample tensors (first dimension: the

@@ -15,7 +15,8 @@ from hf_longclip import OneLIPForPreTraining
 from hf_longclip.models.onelip.modeling_onelip import TRIMRefine, text_token_mask
 from hf_longclip.models.onelip.task import OneLIPTask
 from hf_longclip.models.onelip.objective import OneLIPLoss, trim_scores, trim_select
-from hf_longclip.models.onelip.objective import coarse_loss, token_wise_loss, top_right_singular_vectors
+from hf_longclip.models.onelip.objective import coarse_loss, orthonormal_columns, token_wise_loss
+from hf_longclip.models.onelip.objective import top_right_singular_vectors
 
 
 def _small_text():
@@ -221,3 +222,19 @@ def test_bad_inputs_raise_clear_errors():
                                           num_attention_heads=2, bos_token_id=0, eos_token_id=1, pad_token_id=1))
     with pytest.raises(ValueError, match="width 16 differs"):
         OneLIPTask(model, None, teacher=narrow).compute_loss(model, batch)
+
+
+def test_batched_orthonormalisation_spans_qrs_columns():
+    """`orthonormal_columns` (subspace iteration's batched orthonormalisation) gives QR's Q up to column signs, also
+    on the ill-conditioned products of the iteration, and orthonormal columns spanning a rank-deficient matrix."""
+    generator = torch.Generator().manual_seed(0)
+    gram = (lambda z: z.mT @ z)(torch.randn(5, 40, 24, generator=generator) * torch.logspace(0, -3, 24))
+    products = gram @ gram @ torch.randn(5, 24, 12, generator=generator)  # condition number ~1e6
+    for matrix in (torch.randn(5, 24, 12, generator=generator), products):
+        found, reference = orthonormal_columns(matrix), torch.linalg.qr(matrix).Q
+        torch.testing.assert_close(found.mT @ found, torch.eye(12).expand(5, -1, -1), atol=1e-5, rtol=0)
+        torch.testing.assert_close((found * reference).sum(dim=1).abs(), torch.ones(5, 12), atol=1e-3, rtol=0)
+    deficient = torch.randn(3, 24, 2, generator=generator) @ torch.randn(3, 2, 6, generator=generator)
+    found = orthonormal_columns(deficient)
+    torch.testing.assert_close(found @ (found.mT @ deficient), deficient, atol=1e-4, rtol=0)
+    torch.testing.assert_close(found.mT @ found, torch.eye(6).expand(3, -1, -1), atol=1e-5, rtol=0)

@@ -5,6 +5,7 @@ generic-to-specific ordering loss over the captions of one image (Eq. 6), L = L_
 import torch
 from torch import nn
 
+from hf_longclip.modeling_common.dual_encoder import check_on_device
 from hf_longclip.objectives.losses import check_paired_embeddings, gather_with_grad
 
 
@@ -88,22 +89,21 @@ def ordering_loss(
     to `distance_floor`. Local row i is global row offset + i; summed over processes it is the loss of one process
     on the concatenated batch.
     """
-    anchor, other = same_image.nonzero(as_tuple=True)  # the few positive pairs only, not the (n, N) matrix
-    keep = other != anchor + offset
-    anchor, other = anchor[keep], other[keep]
+    rows = torch.arange(same_image.shape[0], device=same_image.device)[:, None] + offset
+    pairs = same_image & (torch.arange(same_image.shape[1], device=same_image.device)[None, :] != rows)  # (n, N) mask
 
-    def squared_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return (2 - 2 * (a * b).sum(dim=-1)).clamp(min=distance_floor**2)  # unit vectors: |a - b|^2 = 2 - 2 a.b
+    def squared_distance(similarity: torch.Tensor) -> torch.Tensor:
+        return (2 - 2 * similarity).clamp(min=distance_floor**2)  # unit vectors: |a - b|^2 = 2 - 2 a.b
 
     with torch.no_grad():
         delta_squared = descriptiveness.clamp(min=descriptiveness_floor).square()
         all_delta_squared = all_descriptiveness.clamp(min=descriptiveness_floor).square()
-        delta_ratio = delta_squared[anchor] / all_delta_squared[other]  # (delta(t_i) / delta(t_j))^2
-    # residual = log d(v_i, t_i) / d(v_i, t_j) - log delta(t_j) / delta(t_i), in one log of squared ratios
-    own = squared_distance(image_embeds, text_embeds).index_select(0, anchor)
-    residual = 0.5 * torch.log(own * delta_ratio / squared_distance(image_embeds.index_select(0, anchor),
-                                                                    all_text_embeds.index_select(0, other)))
-    return 0.5 * residual.square().sum()
+        delta_ratio = delta_squared[:, None] / all_delta_squared[None, :]  # (delta(t_i) / delta(t_j))^2
+    # residual = log d(v_i, t_i) / d(v_i, t_j) - log delta(t_j) / delta(t_i), in one log of squared ratios, for
+    # every (i, j) (all finite): those outside `pairs` are then zeroed, so no shape depends on the data
+    own = squared_distance((image_embeds * text_embeds).sum(dim=-1))
+    residual = 0.5 * torch.log(own[:, None] * delta_ratio / squared_distance(image_embeds @ all_text_embeds.T))
+    return 0.5 * residual.square().masked_fill(~pairs, 0.0).sum()
 
 
 class DITMLoss(nn.Module):
@@ -153,26 +153,21 @@ class DITMLoss(nn.Module):
                 all_ids = torch.arange(all_image.shape[0], device=image.device)
             else:
                 all_ids, _ = gather_with_grad(image_ids)
-            # one host sync for every check
-            finite = torch.isfinite(all_image).all() & torch.isfinite(all_text).all()
-            in_range = ((all_delta >= 0) & (all_delta <= 1)).all()
-            sorted_ids = all_ids.sort().values
-            repeated = (sorted_ids[1:] == sorted_ids[:-1]).any()
-            finite, in_range, repeated = torch.stack([finite, in_range, repeated]).tolist()
-            if not finite:
-                raise ValueError("image or text embeddings contain NaN or inf")
-            if not in_range:
-                raise ValueError("descriptiveness scores must lie in [0, 1] (min-max normalised, DITM Sec. III-B)")
+            # checked without a host sync (`check_on_device`)
+            check_on_device(torch.isfinite(all_image).all() & torch.isfinite(all_text).all(),
+                            "image or text embeddings contain NaN or inf")
+            check_on_device(((all_delta >= 0) & (all_delta <= 1)).all(),
+                            "descriptiveness scores must lie in [0, 1] (min-max normalised, DITM Sec. III-B)")
             same_image = image_ids[:, None] == all_ids[None, :]  # (n, N): positives of each local row
             processes = all_image.shape[0] // batch  # the loop gives every process an equal batch
             terms = {"triplet_loss": processes * adaptive_triplet_loss(
                 image, text, all_image, all_text, same_image, delta, all_delta, self.tau, self.hardest_negatives)}
             if self.order_weight == 0:
                 return terms
-            if not repeated:
-                raise ValueError("the ordering loss (DITM Eq. 6) needs several captions per image in the batch, but "
-                                 "every image id occurs once: sample several captions per image, or set "
-                                 "order_weight=0")
+            sorted_ids = all_ids.sort().values
+            check_on_device((sorted_ids[1:] == sorted_ids[:-1]).any(),
+                            "the ordering loss (DITM Eq. 6) needs several captions per image in the batch, but every "
+                            "image id occurs once: sample several captions per image, or set order_weight=0")
             terms["order_loss"] = processes * self.order_weight * ordering_loss(
                 image, text, all_text, same_image, delta, all_delta, offset, self.descriptiveness_floor,
                 self.distance_floor)

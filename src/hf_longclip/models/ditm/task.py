@@ -97,13 +97,16 @@ class DITMTask(Task):
     def warming_up(self) -> bool:
         return self.steps_done < self.warmup_steps
 
-    def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
-        """One embedding per image (`pixel_values` row) and one per text; during the warm-up the vision
-        transformer gets no gradient."""
+    def prepare_step(self, model: torch.nn.Module, batch: dict) -> dict:
+        """During the warm-up the vision transformer gets no gradient (switched here, outside the compiled step)."""
         warming_up = self.warming_up
         if self._vision_parameters and self._vision_parameters[0].requires_grad == warming_up:  # at a switch only
             for param in self._vision_parameters:
                 param.requires_grad_(not warming_up)
+        return batch
+
+    def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        """One embedding per image (`pixel_values` row) and one per text."""
         outputs = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
                         pixel_values=batch["pixel_values"])
         return {"image_embeds": outputs.image_embeds, "text_embeds": outputs.text_embeds}

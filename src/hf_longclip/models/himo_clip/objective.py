@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hf_longclip.modeling_common.dual_encoder import check_on_device
 from hf_longclip.objectives.losses import (
     check_paired_embeddings,
     contrastive_loss,
@@ -17,23 +18,27 @@ HIDE_MODALITIES = ("text", "both")
 _TIE_TOLERANCE = 1e-5
 
 
-def num_principal_components(singular_values: torch.Tensor, tau: float) -> int:
-    """Smallest m whose cumulative explained variance reaches tau (Sec. 3.2), widened so as not to split a tie.
+def num_principal_components(singular_values: torch.Tensor, tau: float) -> torch.Tensor:
+    """Smallest m whose cumulative explained variance reaches tau (Sec. 3.2), widened so as not to split a tie, as
+    a 0-dim int64 tensor on the singular values' device.
 
     Explained variance of component k is s_k^2 / sum_j s_j^2. If s_m equals s_{m+1} the top-m subspace is not
     unique, so m grows until the gap is real; this keeps HiDe (and its gradient) well defined. Returns 0 when
-    the batch has no variance at all (every embedding equal). Computed on the host: m sets a shape, so it is read
-    there anyway, and one copy of the singular values costs one device sync instead of one per comparison.
+    the batch has no variance at all (every embedding equal). Computed on the device in float64 with no
+    data-dependent shape (the first admissible m among 1..k), so a compiled step holds it without a host sync.
     """
-    variances = singular_values.detach().double().cpu() ** 2
+    variances = singular_values.detach().double() ** 2
+    count = variances.numel()
     total = variances.sum()
-    if total <= torch.finfo(singular_values.dtype).tiny:
-        return 0
-    explained = torch.cumsum(variances, 0) / total
-    m = min(int((explained < tau - 1e-7).sum()) + 1, variances.numel())
-    while m < variances.numel() and variances[m - 1] - variances[m] <= _TIE_TOLERANCE * variances[0]:
-        m += 1
-    return m
+    explained = torch.cumsum(variances, 0) / total.clamp_min(torch.finfo(torch.float64).tiny)
+    at_least = (explained < tau - 1e-7).sum().clamp_max(count - 1) + 1  # m before widening, in 1..k
+    candidates = torch.arange(1, count + 1, device=variances.device)
+    # m = j splits a tie when s_j and s_{j+1} are equal within the tolerance; m = k never does
+    splits_tie = torch.cat([variances[:-1] - variances[1:] <= _TIE_TOLERANCE * variances[0],
+                            variances.new_zeros(1, dtype=torch.bool)])
+    admissible = (candidates >= at_least) & ~splits_tie
+    m = torch.where(admissible, candidates, count).min()
+    return torch.where(total <= torch.finfo(singular_values.dtype).tiny, 0, m)
 
 
 class _LowRankReconstruction(torch.autograd.Function):
@@ -46,39 +51,36 @@ class _LowRankReconstruction(torch.autograd.Function):
         dL/dX = G V1 V1^T + U1 U1^T G (I - V V^T) + U1 diag(s1) C V2^T + U2 diag(s2) C^T V1^T,
         C_ij = (s_i (U^T G V)_ij + s_j (U^T G V)_ji) / (s_i^2 - s_j^2),  i <= m < j,
 
-    which is finite because `num_principal_components` never splits a tie at m.
+    which is finite because `num_principal_components` never splits a tie at m. Every component is kept in the
+    shapes and those past m are masked out (m is a device tensor): no shape depends on the data.
     """
 
     @staticmethod
     def forward(ctx, centered: torch.Tensor, tau: float) -> torch.Tensor:
         u, s, vh = torch.linalg.svd(centered, full_matrices=False)
-        m = num_principal_components(s, tau)
-        ctx.m = m
-        ctx.save_for_backward(u, s, vh)
-        return (u[:, :m] * s[:m]) @ vh[:m]
+        kept = torch.arange(s.numel(), device=s.device) < num_principal_components(s, tau)
+        ctx.save_for_backward(u, s, vh, kept)
+        return (u * (s * kept)) @ vh
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        u, s, vh = ctx.saved_tensors
-        m = ctx.m
-        if m == 0:
-            return torch.zeros_like(grad), None
-        v = vh.mT
-        u1, u2, s1, s2, v1, v2 = u[:, :m], u[:, m:], s[:m], s[m:], v[:, :m], v[:, m:]
-        grad_v = grad @ v
+        u, s, vh, kept = ctx.saved_tensors
+        v1 = vh.mT * kept  # V1 in place, zero columns past m
+        u1 = u * kept
+        grad_v = grad @ vh.mT
         grad_in = (grad @ v1) @ v1.mT + u1 @ (u1.mT @ (grad - grad_v @ vh))
-        if m < s.numel():
-            a = u.mT @ grad_v
-            gap = (s1[:, None] ** 2 - s2[None, :] ** 2).clamp_min(_TIE_TOLERANCE * s[0] ** 2)
-            c = (s1[:, None] * a[:m, m:] + s2[None, :] * a[m:, :m].mT) / gap
-            grad_in = grad_in + (u1 * s1) @ c @ v2.mT + (u2 * s2) @ c.mT @ v1.mT
+        across = kept[:, None] & ~kept[None, :]  # the pairs (i <= m < j) of C
+        a = u.mT @ grad_v
+        gap = (s[:, None] ** 2 - s[None, :] ** 2).clamp_min(_TIE_TOLERANCE * s[0] ** 2)
+        c = torch.where(across, (s[:, None] * a + s[None, :] * a.mT) / torch.where(across, gap, 1), 0)
+        grad_in = grad_in + (u * s) @ (c + c.mT) @ vh
         return grad_in, None
 
 
 def kept_components(embeds: torch.Tensor, tau: float) -> int:
     """m, the number of principal components HiDe keeps for this batch of embeddings (Sec. 3.2)."""
     centered = embeds.detach().float() - embeds.detach().float().mean(dim=0, keepdim=True)
-    return num_principal_components(torch.linalg.svdvals(centered), tau)
+    return int(num_principal_components(torch.linalg.svdvals(centered), tau))
 
 
 def hide_components(text_embeds: torch.Tensor, tau: float) -> torch.Tensor:
@@ -142,8 +144,8 @@ class MoLoLoss(nn.Module):
             image, text = image_embeds.float(), text_embeds.float()
             all_image, offset = gather_with_grad(image)
             all_text, _ = gather_with_grad(text)
-            if not (torch.isfinite(all_image).all() and torch.isfinite(all_text).all()):
-                raise ValueError("image or text embeddings contain NaN or inf")
+            check_on_device(torch.isfinite(all_image).all() & torch.isfinite(all_text).all(),
+                            "image or text embeddings contain NaN or inf")
             scale = logit_scale.float()
             terms = {}
             if self.use_global:

@@ -40,7 +40,9 @@ truncation-based alignment the paper argues against.
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.utils import is_tracing
 
+from hf_longclip.modeling_common.dual_encoder import check_on_device
 from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_with_grad
 
 _EPS = 1e-8
@@ -57,6 +59,21 @@ def _min_max(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 TRIM_DECOMPOSITIONS = ("auto", "exact", "subspace")
 
 
+def orthonormal_columns(matrix: torch.Tensor) -> torch.Tensor:
+    """An orthonormal basis of the column space of each (n, k) matrix of a batch (the Q of a thin QR, columns up to
+    sign): classical Gram-Schmidt, each column projected off those before it three times (twice is as stable as
+    Householder QR for a full-rank matrix; the third pass keeps the columns orthonormal when the matrix is
+    rank-deficient, where a column's remainder is rounding noise), k steps of batched products whatever the batch
+    size, where a batched QR on a GPU may run one solver call per matrix."""
+    columns = []
+    for column in matrix.unbind(-1):
+        for _ in range(3 if columns else 0):
+            basis = torch.stack(columns, dim=-1)
+            column = column - (basis @ (basis.mT @ column[..., None]))[..., 0]
+        columns.append(F.normalize(column, dim=-1, eps=_EPS))
+    return torch.stack(columns, dim=-1)
+
+
 def top_right_singular_vectors(matrix: torch.Tensor, rank: int, decomposition: str = "auto",
                                iterations: int = 4, oversampling: int = 8) -> torch.Tensor:
     """The top `rank` right singular vectors of each (L, d) matrix of `matrix` (B, L, d), as columns (B, d, r),
@@ -64,7 +81,7 @@ def top_right_singular_vectors(matrix: torch.Tensor, rank: int, decomposition: s
 
     "exact": the top eigenvectors of the d x d Gram matrix Z^T Z from one float64 `eigh` per text. "subspace":
     subspace iteration in float32 (Halko et al. 2011, Alg. 4.4 on the Gram matrix): r + `oversampling` columns,
-    `iterations` Gram products each orthonormalised by QR, then Rayleigh-Ritz, an `eigh` of a (r + 8)-square matrix;
+    `iterations` Gram products each orthonormalised (`orthonormal_columns`, batched), then Rayleigh-Ritz, an `eigh` of a (r + 8)-square matrix;
     its error falls as (sigma_{r+9} / sigma_r)^(2 x iterations). Batched `eigh` is slow on GPUs (1.1 s of a 1.4 s
     ViT-B/16 step at batch 256 on an H100, float64), subspace iteration is matrix products (54 ms there).
     "auto": exact on CPU, subspace on other devices. Columns are defined up to sign, which I(i) ignores."""
@@ -82,7 +99,7 @@ def top_right_singular_vectors(matrix: torch.Tensor, rank: int, decomposition: s
     start = torch.randn(width, columns, generator=torch.Generator().manual_seed(0)).to(gram.device)
     basis = start.expand(gram.shape[0], -1, -1)
     for _ in range(iterations):
-        basis = torch.linalg.qr(gram @ basis).Q
+        basis = orthonormal_columns(gram @ basis)
     ritz = torch.linalg.eigh(basis.mT @ gram @ basis).eigenvectors[..., -r:].flip(-1)
     return basis @ ritz
 
@@ -238,7 +255,8 @@ class OneLIPLoss(nn.Module):
                 f"{width}: token-wise distillation (Eq. 3, 7) compares their token states one to one"
             )
         # NaN or inf in an input that matters reaches the terms (or stops the exact decomposition): one check of
-        # three scalars per step (one host sync), and only a failure searches the (B, L, d) inputs for the culprit
+        # three scalars per step, without a host sync (`check_on_device`); on the CPU a failure then searches the
+        # (B, L, d) inputs for the culprit
         inputs = {"long text encoder states": text_states, "teacher states": teacher_states,
                   "image embeddings": image_embeds, "text embeddings": text_embeds,
                   "hard-negative embeddings": hard_negative_embeds, "logit scale": logit_scale}
@@ -275,7 +293,9 @@ class OneLIPLoss(nn.Module):
             "token_loss": lambda_token * token,
             "contrastive_loss": lambda_contrastive * contrastive,
         }
-        if not torch.isfinite(torch.stack(list(terms.values()))).all():
+        finite = torch.isfinite(torch.stack(list(terms.values()))).all()
+        if finite.device.type == "cpu" and not is_tracing(finite) and not finite:  # free there: name the culprits
             _raise_on_non_finite(inputs)
-            raise ValueError(f"OneLIP's loss is not finite although its inputs are: {terms}")
+        check_on_device(finite, "OneLIP's loss is not finite: NaN or inf in its inputs (token states, embeddings, "
+                                "logit scale) or in the terms")
         return terms

@@ -60,6 +60,9 @@ class OneLIPTask(ContrastiveTask):
         (lambda_1, lambda_2, lambda_3) of Eq. 10 before and from `weight_switch_step` on.
     """
 
+    #: batch entries that are no model inputs: the rows' dataset indices and `prepare_step`'s queued negatives
+    TASK_INPUTS = ("sample_index", "hard_negative_embeds", "hard_negative_mask")
+
     def __init__(self, model: torch.nn.Module, collate_fn: Callable, teacher: str | CLIPModel | CLIPTextModel,
                  hard_negatives=None, trim_alpha: float = 0.5, trim_top_k: int = 100, trim_rank: int = 8,
                  trim_decomposition: str = "auto", weights: tuple[float, float, float] = (0.2, 0.1, 0.7),
@@ -110,7 +113,7 @@ class OneLIPTask(ContrastiveTask):
     def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
         """The model's embeddings, long-text token states and TRIM-Refine's output over the tokens TRIM-Select kept,
         and the teacher's token states on each text's first T_f tokens."""
-        inputs = {key: value for key, value in batch.items() if key != "sample_index"}
+        inputs = {key: value for key, value in batch.items() if key not in self.TASK_INPUTS}
         input_ids, attention_mask = inputs["input_ids"], inputs.get("attention_mask")
         self.teacher.to(input_ids.device)
         with torch.no_grad():
@@ -124,26 +127,35 @@ class OneLIPTask(ContrastiveTask):
                 "logit_scale": outputs.logit_scale, "text_states": outputs.text_model_output.last_hidden_state,
                 "refined_states": outputs.refined_text_states, "teacher_states": teacher_states}
 
+    def prepare_step(self, model: torch.nn.Module, batch: dict) -> dict:
+        """In training with queues, the batch with each sample's queued hard negatives (`hard_negative_embeds`,
+        `hard_negative_mask`: host reads of the queues, outside the compiled step)."""
+        if self.hard_negatives is None or not model.training:  # the validation loss is plain OneLIP's
+            return batch
+        if "sample_index" not in batch:
+            raise ValueError("hard-negative queues need each batch's sample_index (the rows' dataset indices): "
+                             "build the collator with index_column")
+        negatives, mask = self.hard_negatives.negatives(batch["sample_index"])
+        return {**batch, "hard_negative_embeds": negatives, "hard_negative_mask": mask}
+
     def loss(self, model: torch.nn.Module, encoded: dict, batch: dict) -> dict[str, torch.Tensor]:
-        """Eq. 10 over the batch, with its queued hard negatives; in training, the batch's due queues are refreshed
-        with its embeddings."""
-        negatives = mask = None
-        if self.hard_negatives is not None and model.training:  # the validation loss is plain OneLIP's
-            if "sample_index" not in batch:
-                raise ValueError("hard-negative queues need each batch's sample_index (the rows' dataset indices): "
-                                 "build the collator with index_column")
-            negatives, mask = self.hard_negatives.negatives(batch["sample_index"])
-        terms = self.objective(
+        """Eq. 10 over the batch, with its queued hard negatives (`prepare_step`)."""
+        return self.objective(
             encoded["image_embeds"], encoded["text_embeds"], encoded["logit_scale"], encoded["text_states"],
             text_token_mask(batch["input_ids"], batch.get("attention_mask"), self.eos_token_id),
-            encoded["teacher_states"], encoded["refined_states"], self.step, negatives, mask,
+            encoded["teacher_states"], encoded["refined_states"], self.step, batch.get("hard_negative_embeds"),
+            batch.get("hard_negative_mask"),
         )
-        if self.hard_negatives is not None and model.training:
-            counts = self.hard_negatives.refresh(batch["sample_index"], encoded["image_embeds"].detach(),
-                                                 encoded["text_embeds"].detach(), negatives, self.step)
-            for key, value in counts.items():
-                self.refresh_counts[key] += value
-        return terms
+
+    def finish_step(self, model: torch.nn.Module, batch: dict, encoded: dict) -> None:
+        """In training with queues, the batch's due queues are refreshed (Eq. 9) with the step's embeddings."""
+        if "hard_negative_embeds" not in batch:
+            return
+        counts = self.hard_negatives.refresh(batch["sample_index"], encoded["image_embeds"].detach(),
+                                             encoded["text_embeds"].detach(), batch["hard_negative_embeds"],
+                                             self.step)
+        for key, value in counts.items():
+            self.refresh_counts[key] += value
 
     def after_optimizer_step(self, model: torch.nn.Module, accelerator: Accelerator) -> dict[str, float | torch.Tensor]:
         self.step += 1
