@@ -34,15 +34,18 @@ import torch
 from accelerate.utils import set_seed
 
 from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
+from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.models.fcast.card import CARD
 from hf_longclip.models.fcast.evaluation import grounding_scores
 from hf_longclip.models.fcast.plots import plot_attention_maps
-from hf_longclip.models.fcast.task import FCASTCollator, FCASTTask
+from hf_longclip.models.fcast.task import FCASTCollator, FCASTPretrainingTask, FCASTTask, start_from_base
 from hf_longclip.models.onelip.evaluation import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.recipe import (
+    BaseArguments,
+    cached_pretraining,
     publish,
     run_over_seeds,
     start_run,
@@ -66,6 +69,7 @@ VARIANTS = {  # Table 2's rows from FLAIR to F-CAST, then Table 5's ablation
     "fcast": Variant("cast", True, "fcast"),
     "fcast-no-part": Variant("cast", True, "fcast", part_loss_weight=0.0),
 }
+BASES = {"vit": VARIANTS["flair"], "cast": VARIANTS["flair-cast"]}  # the flat-text towers each variant starts from
 FIGURES = ("fcast", "flair")  # variants whose grounding is drawn; `--push_to_hub` publishes the F-CAST ones
 METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i", "pointing_game", "box_mass")
 CHUNK_TOKENS = 77
@@ -76,7 +80,7 @@ LOOP_DEFAULTS = dict(output_dir="outputs/fcast", max_steps=300, per_device_train
 
 
 @dataclass
-class ScriptArguments:
+class ScriptArguments(BaseArguments):
     variants: str = field(default=",".join(VARIANTS), metadata={"help": f"comma list of {list(VARIANTS)}"})
     image_size: int = field(default=64, metadata={"help": "image side in pixels (scenes rendered at it)"})
     num_segments: int = field(default=49, metadata={"help": "CAST's superpixels per image"})
@@ -100,10 +104,11 @@ class ScriptArguments:
         self.cluster_list = [int(n) for n in self.num_clusters.split(",")]
 
 
-def build(variant: str, args: ScriptArguments, processor: FCASTProcessor) -> FCASTModel:
-    """The variant's model. Equal width and heads everywhere; the flat text encoder has stage 1 and stage 2's blocks
-    in one stack (the same total depth, as CLIP's 12 against F-CAST's 8 + 4), the ViT as many blocks as CAST."""
-    spec, tokenizer, width = VARIANTS[variant], processor.tokenizer, args.hidden_size
+def build(spec: Variant, args: ScriptArguments, processor: FCASTProcessor) -> FCASTModel:
+    """The model of a variant `spec`. Equal width and heads everywhere; the flat text encoder has stage 1 and stage
+    2's blocks in one stack (the same total depth, as CLIP's 12 against F-CAST's 8 + 4), the ViT as many blocks as
+    CAST."""
+    tokenizer, width = processor.tokenizer, args.hidden_size
     stage2 = args.stage2_layers if spec.hierarchical else 0
     text = dict(vocab_size=len(tokenizer), hidden_size=width, intermediate_size=4 * width, num_attention_heads=4,
                 num_hidden_layers=args.stage1_layers + args.stage2_layers - stage2, num_stage2_layers=stage2,
@@ -123,6 +128,31 @@ def build(variant: str, args: ScriptArguments, processor: FCASTProcessor) -> FCA
                                   whole_logit_bias_init_value=args.logit_bias_init))
 
 
+def pretrained_bases(args: ScriptArguments, accelerator, scenes, processor: FCASTProcessor,
+                     loop_args: LoopArguments) -> dict[str, str]:
+    """{vision backbone: checkpoint} of the short-caption bases the variants start from: for the ViT and for CAST, a
+    flat-text model (`BASES`) pretrained with `FCASTPretrainingTask` on the first `--base_sentences` sentences of
+    each training caption, once (cached under `--base_cache_dir`, the same for every seed); {} with
+    `--base_steps 0` (every variant from scratch)."""
+    if args.base_steps <= 0:
+        return {}
+    short = args.short_captions(scenes)
+    base_args = args.pretraining_loop(loop_args, warmup_steps=max(1, args.base_steps // 10))
+    towers = {name: getattr(args, name) for name in ("image_size", "num_segments", "vit_patch_size", "num_clusters",
+                                                     "hidden_size", "stage1_layers", "stage2_layers")}
+    bases = {}
+    for backbone, spec in BASES.items():
+        def build_base(spec=spec):
+            set_seed(args.base_seed)
+            return FCASTPretrainingTask(build(spec, args, processor), ImageTextCollator(processor)), processor
+
+        recipe = {"data": scenes["train"]._fingerprint, "towers": towers, "vision": backbone,
+                  "sentences": args.base_sentences, "warmup_steps": base_args.warmup_steps}
+        bases[backbone], _ = cached_pretraining(accelerator, args.base_cache_dir, f"fcast-{backbone}", f"base-{backbone}",
+                                                recipe, build_base, short, base_args, label=f"base {backbone}")
+    return bases
+
+
 @torch.no_grad()
 def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Path, name: str) -> None:
     """Fig. 7's layout: each image, then the attention maps of three of its object sentences."""
@@ -138,19 +168,22 @@ def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Pat
 
 
 def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, accelerator, run_args: dict, scenes,
-        processors: dict[bool, FCASTProcessor], pairs) -> dict[str, dict]:
-    """One seed's run: every variant trained, saved, reloaded and evaluated; Fig. 7 of F-CAST's and FLAIR's models;
-    results. `processors[hierarchical]`: N = 4 chunks, or the flat encoder's one 77-token text per caption."""
+        processors: dict[bool, FCASTProcessor], pairs, bases: dict[str, str]) -> dict[str, dict]:
+    """One seed's run: every variant built, started from its pretrained base (`bases`, unless empty), trained, saved,
+    reloaded and evaluated; Fig. 7 of F-CAST's and FLAIR's models; results. `processors[hierarchical]`: N = 4
+    chunks, or the flat encoder's one 77-token text per caption."""
     test, output_dir, built = scenes["test"], Path(loop_args.output_dir), []
 
     def build_task(variant: str):
         set_seed(loop_args.seed)
         built.append(variant)
-        processor = processors[VARIANTS[variant].hierarchical]
+        spec, processor = VARIANTS[variant], processors[VARIANTS[variant].hierarchical]
         collator = FCASTCollator(processor, args.num_sub_captions, seed=loop_args.seed,
                                  num_chunks=processors[True].num_chunks)  # every variant: the same sub-captions
-        spec = VARIANTS[variant]
-        return FCASTTask(build(variant, args, processor), collator, spec.objective, spec.part_loss_weight), processor
+        model = build(spec, args, processor)
+        if bases:
+            start_from_base(model, FCASTModel.from_pretrained(bases[spec.vision_backbone]))
+        return FCASTTask(model, collator, spec.objective, spec.part_loss_weight), processor
 
     def evaluate(model, processor):
         result = {**evaluate_text_lengths(model, processor, test, pairs, loop_args.per_device_eval_batch_size),
@@ -183,9 +216,10 @@ def main() -> None:
     processors = {hierarchical: FCASTProcessor(image_processor, tokenizer, max_length=CHUNK_TOKENS,
                                                num_chunks=4 if hierarchical else 1) for hierarchical in (True, False)}
     pairs = late_difference_pairs(scenes["test"], tokenizer, CHUNK_TOKENS)
+    bases = pretrained_bases(args, accelerator, scenes, processors[False], loop_args)
     run_over_seeds(accelerator, loop_args, hub_args,
                    lambda seed_args: run(args, seed_args, lora_args, hub_args, accelerator, run_args, scenes,
-                                         processors, pairs),
+                                         processors, pairs, bases),
                    METRICS, title="train_fcast")
     accelerator.end_training()
 
