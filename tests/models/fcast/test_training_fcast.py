@@ -20,7 +20,7 @@ TINY = ["--num_train", "64", "--num_test", "16", "--image_size", "32", "--num_se
         "8,4", "--hidden_size", "32", "--grounding_images", "4", "--dataloader_num_workers", "0", "--max_steps", "4",
         "--logging_steps", "1", "--warmup_steps", "1", "--base_steps", "2"]
 VARIANTS = ["flair", "flair-cast", "flair-cast-hier", "fcast", "fcast-no-part"]
-METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i", "pointing_game", "box_mass")
+METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i", "pointing_game", "box_mass", "map_difference")
 
 
 def launch(output_dir, launch_args: list[str], *script_args: str) -> list[str]:

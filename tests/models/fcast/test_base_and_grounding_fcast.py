@@ -1,12 +1,17 @@
 """The short-caption base that train_fcast's variants start from: `FCASTPretrainingTask` is the whole level's
 sigmoid loss (Eq. 8, checked against the model's own `forward(return_loss=True)`), and `start_from_base` gives a
-variant the base's towers (the hierarchical stage 1 from the flat encoder's first layers) and nothing else."""
+variant the base's towers (the hierarchical stage 1 from the flat encoder's first layers) and nothing else. Also
+the grounding scores on hand-made maps: pointing game, mass in the box and how much the maps differ between
+sentences."""
+
+from types import SimpleNamespace
 
 import pytest
 import torch
 from helpers.fcast import CAPTIONS, random_images, tiny_config, tiny_fcast, tiny_processor
 
 from hf_longclip import FCASTModel
+from hf_longclip.models.fcast.evaluation import grounding_scores
 from hf_longclip.models.fcast.task import FCASTPretrainingTask, start_from_base
 
 
@@ -45,3 +50,44 @@ def test_a_variant_takes_the_towers_of_its_base_and_keeps_its_own_new_parts():
         torch.testing.assert_close(
             model.get_image_features(inputs["pixel_values"], inputs["superpixels"]).pooler_output,
             base.get_image_features(inputs["pixel_values"], inputs["superpixels"]).pooler_output)
+
+
+class _Inputs(dict):
+    def to(self, device):
+        return self
+
+
+class _Maps:
+    """A stand-in for `FCASTModel` whose grounding maps are given (one per object sentence), and its processor."""
+
+    device = "cpu"
+
+    def __init__(self, maps: torch.Tensor):
+        self.maps = maps
+
+    def eval(self):
+        return self
+
+    def __call__(self, text, images, padding):  # the processor
+        return _Inputs(pixel_values=None, superpixels=None, input_ids=None, attention_mask=None)
+
+    def get_grounding(self, *inputs):
+        return SimpleNamespace(pixel_attention=self.maps[None])
+
+
+@pytest.mark.parametrize("conditional, expected", [
+    # the same uniform map for both sentences: the peak is every pixel, half of them in each box
+    (False, {"pointing_game": 50.0, "box_mass": 50.0, "map_difference": 0.0}),
+    # each sentence's map uniform over its own box: disjoint maps
+    (True, {"pointing_game": 100.0, "box_mass": 100.0, "map_difference": 100.0}),
+])
+def test_grounding_scores_and_how_much_the_maps_differ_between_sentences(conditional, expected):
+    left = torch.zeros(4, 4)
+    left[:, :2] = 1 / 8
+    maps = torch.stack([left, left.flip(-1)]) if conditional else torch.full((2, 4, 4), 1 / 16)
+    row = {"sentences": ["Two shapes.", "A red circle.", "A blue square."], "image": None,
+           "boxes": [[0.0, 0.0, 0.5, 1.0], [0.5, 0.0, 1.0, 1.0]]}  # the left and right halves
+    stub = _Maps(maps)
+    scores = grounding_scores(stub, stub, [row])
+    assert scores == pytest.approx({**expected, "uniform_box_mass": 50.0, "box_map_difference": 100.0,
+                                    "num_sentences": 2})
