@@ -8,8 +8,12 @@ hierarchy on the synthetic scenes.
         --lr_multipliers "vision_model=0.01,text_model=0.1" --layer_decay 0.7 --num_train_epochs 25   # Sec. IV-C.2
 
 As in the paper (Sec. IV-C.2: the backbones start from CLIP), each variant fine-tunes a pretrained CLIP: with no
-`--init_from_clip`, a small CLIP is first trained from scratch with global InfoNCE for `--base_steps` (row
-`clip-infonce`, the InfoNCE reference; hardest-negative triplet losses from random weights collapse to one point).
+`--init_from_clip`, a small model of the chosen backbone is first trained from scratch with global InfoNCE for
+`--base_steps` (row `clip-infonce`, the InfoNCE reference; hardest-negative triplet losses from random weights
+collapse to one point), once: cached under `--base_cache_dir`, the same for every seed. DITM's base is a DITM model,
+so its GPO pooling is pretrained with the towers and every variant starts as the base (a fresh GPO on a CLS-pooled
+base would replace the pooling the base learned); from a real CLIP (`--init_from_clip`) GPO starts fresh and the
+warm-up below trains it on the frozen vision transformer, as the paper does.
 Each variant is then trained identically (same data order, captions, steps and optimiser) with its own objective:
   vse++           triplet loss with VSE++'s hardest negatives and its fixed margin 0.2 (every delta set to 0.6,
                   since DITM's margin 2 delta / tau is then 0.2)
@@ -47,7 +51,7 @@ from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.models.ditm.card import CARD
 from hf_longclip.models.ditm.evaluation import evaluate_hierarchy
 from hf_longclip.models.ditm.plots import LOSS_NOTES, plot_levels
-from hf_longclip.models.himo_clip.base_clip import load_clip, train_base_clip
+from hf_longclip.models.himo_clip.base_clip import evaluate_base, infonce_base, load_clip
 from hf_longclip.plots import coverage
 from hf_longclip.training.recipe import (
     BackboneArguments,
@@ -136,10 +140,14 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args, lo
         return evaluate_hierarchy(model, processor, test, loop_args.per_device_eval_batch_size)
 
     base, results, histories = backbone.init_from_clip, {}, {}
-    if base is None:  # the pretrained CLIP the paper starts from, here trained from scratch with InfoNCE
-        base, results, histories = train_base_clip(accelerator, BASE, backbone, dataset, TEXT_POSITIONS, loop_args,
-                                                   evaluate_on_test, run_args)
+    if base is None:  # the pretrained CLIP the paper starts from, here trained from scratch with InfoNCE, once
+        # DITM's own model as its base: GPO pools from the start, so each variant starts as the base (Sec. IV-C.1)
+        base_class = DITMModel if script_args.backbone == "ditm" else HiMoCLIPModel
+        base, histories[BASE] = infonce_base(accelerator, BASE, backbone, dataset, TEXT_POSITIONS, loop_args,
+                                             base_class)
     parts = replace(backbone, init_from_clip=base).processor_parts(dataset, TEXT_POSITIONS)  # the base's own
+    if BASE in histories and accelerator.is_main_process:
+        results[BASE] = evaluate_base(accelerator, base, parts, TEXT_POSITIONS, evaluate_on_test)
     adapted, adapted_histories = train_variants(
         accelerator, variants, lambda variant: build(script_args, base, parts, variant, loop_args.seed, warmup_steps,
                                                   backbone.trust_remote_code),

@@ -1,10 +1,15 @@
-"""Train FLAIR, F-CAST and the rows between them from scratch on the synthetic scenes and print a miniature of
-F-CAST's Table 2 (from FLAIR to F-CAST) and Table 5 (no part-level alignment), with grounding measured on the scenes'
-boxes and drawn like Fig. 7.
+"""Train FLAIR, F-CAST and the rows between them on the synthetic scenes and print a miniature of F-CAST's Table 2
+(from FLAIR to F-CAST) and Table 5 (no part-level alignment), with grounding measured on the scenes' boxes and drawn
+like Fig. 7.
 
     accelerate launch examples/train_fcast.py                                  # CPU, minutes
     torchrun --nproc_per_node 2 examples/train_fcast.py --per_device_train_batch_size 32   # 2 processes, same batch
 
+As the paper's models start from pretrained towers, every variant starts from a short-caption base: for the ViT and
+for CAST, a flat-text model pretrained with the whole level's sigmoid loss on the first `--base_sentences` sentences
+of each training caption for `--base_steps` (once, cached under `--base_cache_dir` and shared by every seed and later
+run; `--base_steps 0`: every variant from scratch). A variant takes its base's towers and projections (the
+hierarchical encoder's stage 1 from the flat encoder's first layers); its pooling, stage 2 and part level start new.
 Variants, trained identically (same seed, data order, sub-captions, optimiser and steps), each an `FCASTModel`:
   flair            FLAIR: ViT + CLIP's flat text encoder (captions truncated to 77 tokens) + FLAIR's flat loss
   flair-cast       + ViT -> CAST (FLAIR's loss grounds in CAST's top stage)
@@ -18,7 +23,8 @@ hard-negative pairs whose captions differ only after token 77 (chance 50). Groun
 scene names one object whose box is known; its AttnPool attention (Eq. 6) is carried to the pixels (per superpixel
 or patch, spread over its area): the pointing game (is the attention peak inside the box? The peak is a whole
 superpixel or patch, so the share of its pixels inside the box counts) and the attention mass inside the box,
-against the box's share of the image (what a uniform map scores).
+against the box's share of the image (what a uniform map scores), and how much the maps of one image differ between
+its object sentences (total variation; a pooling that ignores the text scores 0).
 
 Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
 `loss_curves.png`, `summary.json` (+ `.png`: --seeds) and `grounding-fcast.png` / `grounding-flair.png` (three
@@ -34,15 +40,18 @@ import torch
 from accelerate.utils import set_seed
 
 from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
+from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.models.fcast.card import CARD
 from hf_longclip.models.fcast.evaluation import grounding_scores
 from hf_longclip.models.fcast.plots import plot_attention_maps
-from hf_longclip.models.fcast.task import FCASTCollator, FCASTTask
+from hf_longclip.models.fcast.task import FCASTCollator, FCASTPretrainingTask, FCASTTask, start_from_base
 from hf_longclip.models.onelip.evaluation import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.recipe import (
+    BaseArguments,
+    cached_pretraining,
     publish,
     run_over_seeds,
     start_run,
@@ -67,18 +76,20 @@ VARIANTS = {  # Table 2's rows from FLAIR to F-CAST, then Table 5's ablation
     "fcast": Variant("cast", True, "fcast"),
     "fcast-no-part": Variant("cast", True, "fcast", part_loss_weight=0.0),
 }
+BASES = {"vit": VARIANTS["flair"], "cast": VARIANTS["flair-cast"]}  # the flat-text towers each variant starts from
 FIGURES = ("fcast", "flair")  # variants whose grounding is drawn; `--push_to_hub` publishes the F-CAST ones
 RETRIEVAL_METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i")
-METRICS = (*RETRIEVAL_METRICS, "pointing_game", "box_mass")  # grounding: with superpixels (a CAST image processor)
+METRICS = (*RETRIEVAL_METRICS, "pointing_game", "box_mass", "map_difference")  # grounding: with superpixels
 CHUNK_TOKENS = 77
 FIGURE_ROWS = (0, 2, 4)  # test scenes of three different hard-negative groups (rows 2g and 2g + 1 share one)
-LOOP_DEFAULTS = dict(output_dir="outputs/fcast", max_steps=300, per_device_train_batch_size=64,
+# Each variant fine-tunes its base (300 steps, cached) for 150 steps: a first run within 15 minutes on 2 CPU cores.
+LOOP_DEFAULTS = dict(output_dir="outputs/fcast", max_steps=150, per_device_train_batch_size=64,
                      learning_rate=1e-3, weight_decay=0.05, warmup_steps=25, logging_steps=25,
-                     dataloader_num_workers=1)
+                     dataloader_num_workers=1, base_steps=300, base_learning_rate=1e-3)
 
 
 @dataclass
-class ScriptArguments:
+class ScriptArguments(BaseArguments):
     variants: str = field(default=",".join(VARIANTS), metadata={"help": f"comma list of {list(VARIANTS)}"})
     image_size: int = field(default=64, metadata={"help": "image side in pixels (scenes rendered at it)"})
     num_segments: int = field(default=49, metadata={"help": "CAST's superpixels per image"})
@@ -111,13 +122,13 @@ def structure(config: FCASTConfig) -> tuple[str, bool]:
     return config.vision_backbone, config.text_config.num_stage2_layers > 0
 
 
-def build(variant: str, args: ScriptArguments, processor: FCASTProcessor) -> FCASTModel:
-    """The variant's model: `--init_from_checkpoint`'s, or from scratch with equal width and heads everywhere; the
-    flat text encoder has stage 1 and stage 2's blocks in one stack (the same total depth, as CLIP's 12 against
-    F-CAST's 8 + 4), the ViT as many blocks as CAST."""
-    spec, tokenizer, width = VARIANTS[variant], processor.tokenizer, args.hidden_size
+def build(spec: Variant, args: ScriptArguments, processor: FCASTProcessor) -> FCASTModel:
+    """The model of a variant `spec`: `--init_from_checkpoint`'s, or from scratch with equal width and heads
+    everywhere; the flat text encoder has stage 1 and stage 2's blocks in one stack (the same total depth, as CLIP's
+    12 against F-CAST's 8 + 4), the ViT as many blocks as CAST."""
     if args.init_from_checkpoint:
         return FCASTModel.from_pretrained(args.init_from_checkpoint)
+    tokenizer, width = processor.tokenizer, args.hidden_size
     stage2 = args.stage2_layers if spec.hierarchical else 0
     text = dict(vocab_size=len(tokenizer), hidden_size=width, intermediate_size=4 * width, num_attention_heads=4,
                 num_hidden_layers=args.stage1_layers + args.stage2_layers - stage2, num_stage2_layers=stage2,
@@ -137,6 +148,31 @@ def build(variant: str, args: ScriptArguments, processor: FCASTProcessor) -> FCA
                                   whole_logit_bias_init_value=args.logit_bias_init))
 
 
+def pretrained_bases(args: ScriptArguments, accelerator, scenes, processor: FCASTProcessor,
+                     loop_args: LoopArguments) -> dict[str, str]:
+    """{vision backbone: checkpoint} of the short-caption bases the variants start from: for the ViT and for CAST, a
+    flat-text model (`BASES`) pretrained with `FCASTPretrainingTask` on the first `--base_sentences` sentences of
+    each training caption, once (cached under `--base_cache_dir`, the same for every seed); {} with
+    `--base_steps 0` (every variant from scratch)."""
+    if args.base_steps <= 0:
+        return {}
+    short = args.short_captions(scenes)
+    base_args = args.pretraining_loop(loop_args, warmup_steps=max(1, args.base_steps // 10))
+    towers = {name: getattr(args, name) for name in ("image_size", "num_segments", "vit_patch_size", "num_clusters",
+                                                     "hidden_size", "stage1_layers", "stage2_layers")}
+    bases = {}
+    for backbone, spec in BASES.items():
+        def build_base(spec=spec):
+            set_seed(args.base_seed)
+            return FCASTPretrainingTask(build(spec, args, processor), ImageTextCollator(processor)), processor
+
+        recipe = {"data": scenes["train"]._fingerprint, "towers": towers, "vision": backbone,
+                  "sentences": args.base_sentences, "warmup_steps": base_args.warmup_steps}
+        bases[backbone], _ = cached_pretraining(accelerator, args.base_cache_dir, f"fcast-{backbone}", f"base-{backbone}",
+                                                recipe, build_base, short, base_args, label=f"base {backbone}")
+    return bases
+
+
 @torch.no_grad()
 def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Path, name: str) -> None:
     """Fig. 7's layout: each image, then the attention maps of three of its object sentences."""
@@ -152,19 +188,22 @@ def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Pat
 
 
 def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, accelerator, run_args: dict, scenes,
-        processors: dict[bool, FCASTProcessor], pairs) -> dict[str, dict]:
-    """One seed's run: every variant trained, saved, reloaded and evaluated; Fig. 7 of F-CAST's and FLAIR's models;
-    results. `processors[hierarchical]`: N = 4 chunks, or the flat encoder's one 77-token text per caption."""
+        processors: dict[bool, FCASTProcessor], pairs, bases: dict[str, str]) -> dict[str, dict]:
+    """One seed's run: every variant built, started from its pretrained base (`bases`, unless empty), trained, saved,
+    reloaded and evaluated; Fig. 7 of F-CAST's and FLAIR's models; results. `processors[hierarchical]`: N = 4
+    chunks, or the flat encoder's one 77-token text per caption."""
     test, output_dir, built = scenes["test"], Path(loop_args.output_dir), []
 
     def build_task(variant: str):
         set_seed(loop_args.seed)
         built.append(variant)
-        processor = processors[VARIANTS[variant].hierarchical]
+        spec, processor = VARIANTS[variant], processors[VARIANTS[variant].hierarchical]
         collator = FCASTCollator(processor, args.num_sub_captions, seed=loop_args.seed,
                                  num_chunks=processors[True].num_chunks)  # every variant: the same sub-captions
-        spec = VARIANTS[variant]
-        return FCASTTask(build(variant, args, processor), collator, spec.objective, spec.part_loss_weight), processor
+        model = build(spec, args, processor)
+        if bases:
+            start_from_base(model, FCASTModel.from_pretrained(bases[spec.vision_backbone]))
+        return FCASTTask(model, collator, spec.objective, spec.part_loss_weight), processor
 
     def evaluate(model, processor):
         result = evaluate_text_lengths(model, processor, test, pairs, loop_args.per_device_eval_batch_size)
@@ -184,7 +223,10 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
     if accelerator.is_main_process:
         print(f"\nF-CAST miniature ({len(test)} test scenes; {len(pairs)} hard pairs differ only after token "
               f"{CHUNK_TOKENS}, chance 50; grounding over object sentences, uniform-map box mass "
-              f"{next(iter(results.values())).get('uniform_box_mass', float('nan')):.1f}%)")
+              f"{next(iter(results.values())).get('uniform_box_mass', float('nan')):.1f}%; map difference: total "
+              f"variation between the maps of two sentences of one image, "
+              f"{next(iter(results.values())).get('box_map_difference', float('nan')):.1f}% for maps uniform over each "
+              f"named box)")
     return results
 
 
@@ -212,9 +254,12 @@ def main() -> None:
                                                num_chunks=4 if hierarchical else 1,
                                                needs_superpixels=needs_superpixels) for hierarchical in (True, False)}
     pairs = late_difference_pairs(scenes["test"], tokenizer, chunk_tokens)
+    # a given checkpoint is every variant's start; else each starts from its cached short-caption base
+    bases = {} if args.init_from_checkpoint else pretrained_bases(args, accelerator, scenes, processors[False],
+                                                                  loop_args)
     run_over_seeds(accelerator, loop_args, hub_args,
                    lambda seed_args: run(args, seed_args, lora_args, hub_args, accelerator, run_args, scenes,
-                                         processors, pairs),
+                                         processors, pairs, bases),
                    METRICS if needs_superpixels else RETRIEVAL_METRICS, title="train_fcast")
     accelerator.end_training()
 

@@ -13,9 +13,11 @@ seed of `--seeds` and reports every table cell as mean +- std (`hf_longclip.trai
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from accelerate.logging import get_logger
+from filelock import FileLock, Timeout
 from transformers import (
     AutoImageProcessor,
     AutoModel,
@@ -34,7 +37,7 @@ from transformers import (
 from ..data.tokenizer import scene_corpus, train_scene_tokenizer
 from ..fileio import write_atomic
 from ..plots import plot_loss_curves, plot_seed_summary
-from .arguments import LoopArguments, run_signature
+from .arguments import NO_TOWER_LOCKS, LoopArguments, run_signature
 from .checkpoint import (
     ARGUMENTS,
     check_arguments,
@@ -70,7 +73,39 @@ class HubArguments:
 
 
 @dataclass
-class BackboneArguments:
+class BaseArguments:
+    """The small base that a script's variants fine-tune when no pretrained model is given: pretrained once from
+    scratch on the synthetic scenes and cached (`cached_pretraining`)."""
+
+    base_steps: int = field(default=300, metadata={
+        "help": "without --init_from_clip: optimizer steps of the small base pretrained from scratch on the scenes "
+                "(global contrastive loss) that the variants fine-tune; 0: train_himo and train_fcast train their "
+                "variants from scratch"})
+    base_learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate of that base"})
+    base_sentences: int = field(default=2, metadata={
+        "help": "the short captions of the short-caption base: the first N sentences of each training caption (2: "
+                "the scene and its largest object; the first sentence alone names only the count and background)"})
+    base_seed: int = field(default=0, metadata={"help": "seed of that base (fixed across --seeds: the variance "
+                                                        "measured is the fine-tuning's)"})
+    base_cache_dir: str = field(default="outputs/bases", metadata={
+        "help": "where the pretrained bases are cached (train_himo and train_onelip's short-caption CLIP-77, "
+                "train_ditm's), one directory per (data, towers, recipe), and reused by every later run"})
+
+    def pretraining_loop(self, loop_args: LoopArguments, **overrides) -> LoopArguments:
+        """`loop_args` with the base's steps, learning rate and seed, every parameter at that rate and no tower
+        locked (a base from scratch trains both towers)."""
+        return replace(loop_args, max_steps=self.base_steps, learning_rate=self.base_learning_rate,
+                       seed=self.base_seed, lr_multipliers="", layer_decay=1.0, **{**NO_TOWER_LOCKS, **overrides})
+
+    def short_captions(self, dataset) -> dict:
+        """The train and validation splits of the scenes with `caption` their first `base_sentences` sentences: the
+        short captions a short-caption base is pretrained on."""
+        return {split: dataset[split].map(lambda row: {"caption": " ".join(row["sentences"][:self.base_sentences])})
+                for split in ("train", "validation")}
+
+
+@dataclass
+class BackboneArguments(BaseArguments):
     """Where a script's CLIP towers come from: a CLIP checkpoint, or a small model from scratch on the synthetic
     scenes (with a tokenizer trained on their texts)."""
 
@@ -87,18 +122,6 @@ class BackboneArguments:
                                                          "scratch"})
     num_heads: int = field(default=4, metadata={"help": "attention heads of each layer when training from scratch"})
     patch_size: int = field(default=8, metadata={"help": "vision patch side in pixels when training from scratch"})
-    base_steps: int = field(default=300, metadata={
-        "help": "without --init_from_clip: optimizer steps of the small base CLIP pretrained from scratch (global "
-                "InfoNCE) that the variants fine-tune; 0: train_himo trains its variants from scratch"})
-    base_learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate of that base"})
-    base_sentences: int = field(default=2, metadata={
-        "help": "the short captions of the short-caption base: the first N sentences of each training caption (2: "
-                "the scene and its largest object; the first sentence alone names only the count and background)"})
-    base_seed: int = field(default=0, metadata={"help": "seed of that base (fixed across --seeds: the variance "
-                                                        "measured is the fine-tuning's)"})
-    base_cache_dir: str = field(default="outputs/bases", metadata={
-        "help": "where the short-caption base CLIP-77 is cached, one directory per (data, towers, recipe), and "
-                "reused by every later run of train_himo and train_onelip"})
 
     def processor_parts(self, dataset, positions: int):
         """(tokenizer, image processor): the checkpoint's, or a tokenizer trained on `dataset`'s texts with
@@ -318,6 +341,63 @@ def check_finished_variants(eval_files: Mapping[str, Path], loop_args: LoopArgum
             f"({', '.join(str(path) for path in finished.values())}): pass --resume_from_checkpoint latest to keep "
             f"them (and train on from their last checkpoint where --max_steps or --num_train_epochs grew), "
             f"--overwrite_output_dir to train them afresh, or another --output_dir")
+
+
+def cached_pretraining(accelerator: Accelerator, cache_dir: str | Path, prefix: str, name: str, recipe: Mapping,
+                       build: Callable[[], tuple[Task, object]], dataset, loop_args: LoopArguments,
+                       label: str) -> tuple[str, list[dict]]:
+    """A pretrained base built once and shared by every later run (and seed) of any script: variant `name` of
+    `build()` trained on `dataset` with `loop_args` (their steps, learning rate and seed: the base's own) under
+    `<cache_dir>/<prefix>-<key>/`, key a digest of `recipe` (what the caller's base depends on: data, towers, ...)
+    and of the loop arguments that set the weights. Runs wanting the same base at once wait for one builder
+    (`one_builder`); a build stopped midway resumes. Progress is labelled "base pretraining", messages `label`.
+    Returns the checkpoint directory and the base's training history ([] for a base cached without one)."""
+    global_batch = loop_args.process_batch_size * accelerator.num_processes * loop_args.gradient_accumulation_steps
+    recipe = {**recipe, "steps": loop_args.max_steps, "learning_rate": loop_args.learning_rate,
+              "seed": loop_args.seed, "global_batch": global_batch, "weight_decay": loop_args.weight_decay,
+              "adam_beta2": loop_args.adam_beta2}
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+    root = Path(cache_dir) / f"{prefix}-{key}"
+    checkpoint, finished = root / name, root / "eval" / f"{name}.json"
+    with one_builder(accelerator, root, label):
+        if (checkpoint / "config.json").is_file():  # written last, atomically, by save_model
+            accelerator.print(f"{label}: reusing the cached base at {checkpoint}")
+        else:
+            accelerator.print(f"{label}: pretraining the base ({loop_args.max_steps} steps), cached at {checkpoint} "
+                              f"for later runs")
+            if accelerator.is_main_process:
+                root.mkdir(parents=True, exist_ok=True)
+                # what built it, besides the key: another thread count or torch version gives other (close) weights
+                built_with = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+                              "processes": accelerator.num_processes}
+                write_atomic(root / "recipe.json", json.dumps({**recipe, "built_with": built_with}, indent=2))
+            train_variants(accelerator, [name], lambda _: build(), lambda model, processor: {}, dataset,
+                           replace(loop_args, output_dir=str(root), seeds=""), LoraArguments(),
+                           phase="base pretraining")
+    history = json.loads(finished.read_text())["history"] if finished.is_file() else []
+    return str(checkpoint), history
+
+
+@contextmanager
+def one_builder(accelerator: Accelerator, root: Path, label: str = "base") -> Iterator[None]:
+    """Hold `<root>.lock` while a cached base is checked and built, so that of several runs wanting the same base at
+    once one builds it and the others wait, then reuse it (rather than two builds racing, each with its own numerics).
+    The main process takes the lock for its run; the other processes of the run wait for it."""
+    lock = FileLock(str(root) + ".lock")
+    if accelerator.is_main_process:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            accelerator.print(f"{label}: another run is building {root}; waiting for it")
+            lock.acquire()
+    accelerator.wait_for_everyone()
+    try:
+        yield
+    finally:
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            lock.release()
 
 
 def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args: HubArguments,

@@ -18,6 +18,7 @@ COLUMNS = {
     "precision": ("HierarCaps P", 3), "recall": ("HierarCaps R", 3),
     "d_corr": ("d_corr root", 3), "d_corr_image": ("d_corr image", 3),
     "pointing_game": ("pointing game", 1), "box_mass": ("mass in box", 1),
+    "map_difference": ("map difference", 1),
     "test_accuracy": ("accuracy", 1), "train_seconds": ("train s", 0),
 }
 

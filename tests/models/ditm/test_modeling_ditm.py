@@ -57,6 +57,19 @@ def test_from_clip_keeps_clip_text_features_and_pools_projected_tokens_with_gpo(
     assert torch.allclose(weights.sum(), torch.tensor(1.0)) and not torch.allclose(weights, weights[0])
 
 
+def test_from_clip_of_a_ditm_base_keeps_its_trained_gpo_so_fine_tuning_starts_as_the_base():
+    base = tiny_ditm(seed=3).eval()
+    with torch.no_grad():  # a GPO unlike any fresh one: the base's pooling is not re-initialised
+        base.image_pooler.linear.weight.mul_(-3.0)
+    model = DITMModel.from_clip(base, stretch_positions=False).eval()
+    inputs = ditm_processor()(text=CAPTIONS[:3], images=random_images(3), padding="longest")
+    with torch.no_grad():
+        expected, out = base(**inputs), model(**inputs)
+    torch.testing.assert_close(out.image_embeds, expected.image_embeds, rtol=0, atol=0)
+    torch.testing.assert_close(out.text_embeds, expected.text_embeds, rtol=0, atol=0)
+    assert not model.logit_scale.requires_grad
+
+
 def test_several_texts_per_image_encode_each_image_once_with_the_same_loss():
     model = tiny_ditm()
     task = DITMTask(model, None)

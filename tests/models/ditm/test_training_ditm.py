@@ -27,7 +27,13 @@ pytestmark = pytest.mark.slow
 
 
 def launch(output_dir: Path, launch_args: list[str], *script_args: str) -> list[str]:
-    return accelerate_launch("train_ditm.py", output_dir, launch_args, *TINY, *script_args)
+    return accelerate_launch("train_ditm.py", output_dir, launch_args, *TINY, "--base_cache_dir",
+                             str(output_dir / "bases"), *script_args)
+
+
+def cached_base(output_dir: Path) -> Path:
+    (base,) = (output_dir / "bases").glob("infonce248-*/clip-infonce")
+    return base
 
 
 def history(output_dir: Path, variant: str = "adaptive+order") -> list[dict]:
@@ -44,7 +50,8 @@ def test_table_iv_miniature_and_levels_plot(datasets_cache, tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert list(results["results"]) == ["clip-infonce", "vse++", "adaptive", "adaptive+order"]
     assert len(results["training"]["clip-infonce"]) == 2  # the base CLIP: --base_steps, global InfoNCE
-    base = AutoModel.from_pretrained(tmp_path / "clip-infonce", trust_remote_code=True)
+    base = AutoModel.from_pretrained(cached_base(tmp_path), trust_remote_code=True)
+    assert type(base).__name__ == "DITMModel"  # GPO pretrained with the towers: the variants start as the base
     for variant, values in results["results"].items():
         assert len(values["distance_by_level"]) == 4 and 0 <= values["rsum"] <= 600
         if variant == "clip-infonce":
@@ -55,6 +62,7 @@ def test_table_iv_miniature_and_levels_plot(datasets_cache, tmp_path):
         assert saved_options(model)["order_weight"] == (0.07 if variant == "adaptive+order" else 0.0)
         assert not hasattr(model.config, "order_weight")
         assert not torch.equal(model.text_model.final_layer_norm.weight, base.text_model.final_layer_norm.weight)
+        assert not torch.equal(model.image_pooler.linear.weight, base.image_pooler.linear.weight)
     assert [record["warm_up"] for record in history(tmp_path)] == [1.0, 0.0, 0.0]  # 0.125 epoch = 1 step
     assert "order_loss" in history(tmp_path)[0] and "order_loss" not in history(tmp_path, "adaptive")[0]
     for png in ("levels.png", "loss_curves.png"):

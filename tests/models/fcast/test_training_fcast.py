@@ -18,13 +18,15 @@ from hf_longclip.training.task import saved_options
 
 TINY = ["--num_train", "64", "--num_test", "16", "--image_size", "32", "--num_segments", "16", "--num_clusters",
         "8,4", "--hidden_size", "32", "--grounding_images", "4", "--dataloader_num_workers", "0", "--max_steps", "4",
-        "--logging_steps", "1", "--warmup_steps", "1"]
+        "--logging_steps", "1", "--warmup_steps", "1", "--base_steps", "2"]
 VARIANTS = ["flair", "flair-cast", "flair-cast-hier", "fcast", "fcast-no-part"]
-METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i", "pointing_game", "box_mass")
+METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i", "pointing_game", "box_mass", "map_difference")
 
 
 def launch(output_dir, launch_args: list[str], *script_args: str) -> list[str]:
-    return accelerate_launch("train_fcast.py", output_dir, launch_args, *TINY, *script_args)
+    # the bases are cached beside the run: the runs of one test share them
+    return accelerate_launch("train_fcast.py", output_dir, launch_args, *TINY, "--base_cache_dir",
+                             str(output_dir.parent / "bases"), *script_args)
 
 
 @pytest.mark.slow

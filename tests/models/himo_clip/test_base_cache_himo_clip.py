@@ -1,5 +1,5 @@
 """Two runs wanting the same cached base at once: one builds it, the other waits for the build to end (and then
-finds it), instead of both training it with their own numerics (`base_clip._one_builder`, a file lock). Two real
+finds it), instead of both training it with their own numerics (`hf_longclip.training.recipe.one_builder`, a file lock). Two real
 processes, each with its own Accelerator."""
 
 import subprocess
@@ -14,10 +14,10 @@ RUN = """
 import sys, time
 from pathlib import Path
 from accelerate import Accelerator
-from hf_longclip.models.himo_clip.base_clip import _one_builder
+from hf_longclip.training.recipe import one_builder
 
 root = Path(sys.argv[1])
-with _one_builder(Accelerator(cpu=True), root):
+with one_builder(Accelerator(cpu=True), root):
     built = root / "built"
     if built.is_file():
         print("reused the finished build")

@@ -51,7 +51,7 @@ def test_accelerate_launch_train_himo_end_to_end(tmp_path):
     assert [h["step"] for h in clip77_history] == [1, 2]
     reused = launch(tmp_path, tmp_path / "again", "--variants", "clip-77", "--max_steps", "1",
                     "--learning_rate", "0")  # lr 0: the fine-tuned weights are the base's
-    assert "base CLIP-77: reusing the cached short-caption base" in reused.stdout
+    assert "base CLIP-77: reusing the cached base" in reused.stdout
     tuned = load_file(tmp_path / "again" / "clip-77" / "model.safetensors")
     for name in ("text_model.embeddings.token_embedding.weight", "vision_model.embeddings.patch_embedding.weight"):
         assert torch.equal(tuned[name], base_weights[name]), name

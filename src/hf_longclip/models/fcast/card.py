@@ -10,6 +10,7 @@ CARD = ModelCardInfo(
     metric_names={
         "hard_r1_i2t": "R@1 image→text, late pairs", "hard_r1_t2i": "R@1 text→image, late pairs",
         "pointing_game": "grounding: pointing game (%)", "box_mass": "grounding: attention mass in the box (%)",
+        "map_difference": "grounding: maps' difference between sub-captions of one image (%)",
     },
     config_rows={
         "L_part weight": ("part_loss_weight",),

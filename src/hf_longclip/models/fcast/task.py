@@ -10,6 +10,7 @@ import torch
 
 from .chunking import sample_sub_captions
 from hf_longclip.models.fcast.objective import FCASTLoss, FLAIRLoss
+from hf_longclip.objectives.losses import gather_with_grad, sigmoid_loss
 from hf_longclip.training.task import ContrastiveTask
 
 OBJECTIVES = ("fcast", "flair")
@@ -115,4 +116,47 @@ class FCASTTask(ContrastiveTask):
                               encoded["logit_bias"])
 
 
-__all__ = ["FCASTCollator", "FCASTTask"]
+class FCASTPretrainingTask(ContrastiveTask):
+    """A flat-text `FCASTModel` pretrained as the short-caption base the variants fine-tune: the whole level's
+    sigmoid loss (Eq. 8) of each image's global embedding against one caption per image (`ImageTextCollator`), texts
+    gathered from every process. The text-conditioned pooling and the part level are left out (frozen): what the base
+    gives the variants is its two towers and projections."""
+
+    shared_outputs = ("logit_scale", "logit_bias")
+
+    def __init__(self, model: torch.nn.Module, collate_fn):
+        if model.config.text_config.is_hierarchical:
+            raise ValueError("the pretrained base has the flat text encoder (its first layers start the hierarchical "
+                             "encoder's stage 1)")
+        super().__init__(model, collate_fn)
+        for module in (model.grounding_pool, model.part_logit_scale, model.part_logit_bias):
+            module.requires_grad_(False)
+
+    def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        outputs = model(**batch)
+        return {"image_embeds": outputs.image_embeds, "text_embeds": outputs.text_embeds,
+                "logit_scale": outputs.logit_scale, "logit_bias": outputs.logit_bias}
+
+    def loss(self, model: torch.nn.Module, encoded: dict, batch: dict) -> dict[str, torch.Tensor]:
+        all_text, offset = gather_with_grad(encoded["text_embeds"])
+        return {"whole_loss": sigmoid_loss(encoded["image_embeds"], all_text, encoded["logit_scale"],
+                                           encoded["logit_bias"], offset)}
+
+
+#: weights a variant does not take from its pretrained base: the pooling and part level the base never trained
+NOT_FROM_BASE = ("grounding_pool.", "part_logit_")
+
+
+def start_from_base(model: torch.nn.Module, base: torch.nn.Module) -> list[str]:
+    """Copy into `model` every weight of the pretrained `base` (`FCASTPretrainingTask`) that `model` has under the
+    same name and shape, except `NOT_FROM_BASE`: both towers and projections, the hierarchical encoder's stage 1
+    from the flat encoder's first layers. Returns the names of `model`'s weights left at their initialisation (the
+    hierarchical stage 2 and adapter, the pooling, the part level)."""
+    own, given = model.state_dict(), base.state_dict()
+    taken = {name: value for name, value in given.items()
+             if name in own and own[name].shape == value.shape and not name.startswith(NOT_FROM_BASE)}
+    model.load_state_dict(taken, strict=False)
+    return sorted(set(own) - set(taken))
+
+
+__all__ = ["FCASTCollator", "FCASTPretrainingTask", "FCASTTask", "start_from_base"]

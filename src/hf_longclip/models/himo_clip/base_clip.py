@@ -1,61 +1,55 @@
-"""The base CLIP that the long-text models start from when no pretrained CLIP is given: a small CLIP (a
-HiMoCLIPModel trained with MoLo's global term alone, i.e. global InfoNCE) from scratch (`base_clip_task`,
-`train_base_clip`: what train_ditm fine-tunes), and `short_caption_base`, that CLIP with 77 text positions
-pretrained on short captions (what train_himo and train_onelip fine-tune), built once and cached. `load_clip` and `evaluate_base` evaluate a base as it is: the row
-its fine-tuned variants start from.
+"""The base CLIP that the long-text models start from when no pretrained CLIP is given: a small CLIP trained with
+global InfoNCE from scratch on the synthetic scenes (`base_clip_task`), built once and cached
+(`hf_longclip.training.recipe.cached_pretraining`): `short_caption_base`, with 77 text positions and short captions
+(what train_himo and train_onelip fine-tune), and `infonce_base`, on the full captions (what train_ditm fine-tunes).
+`load_clip` and `evaluate_base` evaluate a base as it is: the row its fine-tuned variants start from.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import replace
-from pathlib import Path
-
+from collections.abc import Callable
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
-from filelock import FileLock, Timeout
 
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.fileio import naming_damaged_weights, write_atomic
+from hf_longclip.fileio import naming_damaged_weights
 from hf_longclip.modeling_common.dual_encoder import load_clip_model
-from hf_longclip.training.arguments import NO_TOWER_LOCKS, LoopArguments
+from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import whole_model_init
-from hf_longclip.training.lora import LoraArguments
-from hf_longclip.training.recipe import BackboneArguments, train_variants
+from hf_longclip.training.recipe import BackboneArguments, cached_pretraining
 
-from .configuration_himo_clip import HiMoCLIPConfig
 from .modeling_himo_clip import HiMoCLIPModel
 from .processing_himo_clip import HiMoCLIPProcessor
 from .task import HiMoCLIPTask
 
 
-def base_clip_task(backbone: BackboneArguments, dataset, positions: int, seed: int):
+def base_clip_task(backbone: BackboneArguments, dataset, positions: int, seed: int,
+                   model_class: type = HiMoCLIPModel):
     """(task, processor) of a small CLIP with `positions` text positions from scratch, trained with global InfoNCE
-    (train_himo.py's clip-77 / clip-248): the pretrained base that OneLIP adapts and DITM fine-tunes."""
+    (train_himo.py's clip-77 / clip-248): the pretrained base that OneLIP adapts and DITM fine-tunes. `model_class`:
+    any of our CLIP-like models (DITM's, so that its base already pools with GPO); its logit scale trains."""
     set_seed(seed)
     tokenizer, image_processor = backbone.processor_parts(dataset, positions)
-    model = HiMoCLIPModel(HiMoCLIPConfig(**backbone.scratch_towers(tokenizer, positions)))
+    model = model_class(model_class.config_class(**backbone.scratch_towers(tokenizer, positions)))
+    model.logit_scale.requires_grad_(True)
     processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=positions)
     return HiMoCLIPTask(model, ImageTextCollator(processor), molo_lambda=0.0), processor
 
 
-def train_base_clip(accelerator: Accelerator, name: str, backbone: BackboneArguments, dataset, positions: int,
-                    loop_args: LoopArguments, evaluate: Callable[[torch.nn.Module, object], dict],
-                    run_args: dict | None = None) -> tuple[str, dict, dict]:
-    """Train `base_clip_task` on `dataset` for `backbone.base_steps` optimizer steps at `backbone.base_learning_rate`
-    as variant `name` of this run (saved, reloaded and evaluated like any variant; resumable; `run_args`: the script's
-    arguments, as `train_variants` takes them); return its checkpoint directory, {name: metrics} and {name: history}. (`short_caption_base` is the cached short-caption variant.)"""
-    base_args = replace(loop_args, max_steps=backbone.base_steps, learning_rate=backbone.base_learning_rate,
-                        lr_multipliers="", layer_decay=1.0, **NO_TOWER_LOCKS)
-    results, histories = train_variants(
-        accelerator, [name], lambda _: base_clip_task(backbone, dataset, positions, loop_args.seed), evaluate,
-        dataset, base_args, LoraArguments(), phase="base pretraining", run_args=run_args,
-    )
-    return str(Path(loop_args.output_dir) / name), results, histories
+def infonce_base(accelerator: Accelerator, name: str, backbone: BackboneArguments, dataset, positions: int,
+                 loop_args: LoopArguments, model_class: type = HiMoCLIPModel) -> tuple[str, list[dict]]:
+    """`base_clip_task` (with `model_class`) trained on `dataset`'s captions for `backbone.base_steps` steps at
+    `backbone.base_learning_rate` from `backbone.base_seed`, cached under `backbone.base_cache_dir` as variant `name`
+    (the same base for every seed of `--seeds`: the spread measured is the fine-tuning's); returns its checkpoint
+    directory and training history."""
+    base_args = backbone.pretraining_loop(loop_args)
+    recipe = {"data": dataset["train"]._fingerprint, "towers": backbone.scratch_towers_key(), "positions": positions,
+              "model": model_class.config_class.model_type, "warmup_steps": base_args.warmup_steps}
+    return cached_pretraining(
+        accelerator, backbone.base_cache_dir, f"infonce{positions}", name, recipe,
+        lambda: base_clip_task(backbone, dataset, positions, backbone.base_seed, model_class), dataset, base_args,
+        label=f"base {name}")
 
 
 SHORT_BASE = "clip-77"
@@ -70,59 +64,14 @@ def short_caption_base(accelerator: Accelerator, backbone: BackboneArguments, da
     `backbone.base_cache_dir/clip77-<key>/` (key: a digest of the data and of everything that sets the weights) and
     reused by every later run of any script (resumable while it trains); returns its checkpoint directory. Its
     tokenizer is trained on the whole corpus, long captions included, so the fine-tuned variants keep it."""
-    global_batch = (loop_args.process_batch_size * accelerator.num_processes
-                    * loop_args.gradient_accumulation_steps)
     recipe = {"data": dataset["train"]._fingerprint, "towers": backbone.scratch_towers_key(),
-              "sentences": backbone.base_sentences, "steps": backbone.base_steps,
-              "learning_rate": backbone.base_learning_rate, "seed": backbone.base_seed,
-              "global_batch": global_batch, "weight_decay": loop_args.weight_decay, "adam_beta2": loop_args.adam_beta2}
-    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
-    root = Path(backbone.base_cache_dir) / f"clip77-{key}"
-    checkpoint = root / SHORT_BASE
-    with _one_builder(accelerator, root):
-        if (checkpoint / "config.json").is_file():  # written last, atomically, by save_model
-            accelerator.print(f"base CLIP-77: reusing the cached short-caption base at {checkpoint}")
-            return str(checkpoint)
-        accelerator.print(f"base CLIP-77: pretraining the short-caption base ({backbone.base_steps} steps, "
-                          f"{backbone.hidden_size} wide), cached at {checkpoint} for later runs")
-        short = {split: dataset[split].map(
-                     lambda row: {"caption": " ".join(row["sentences"][:backbone.base_sentences])})
-                 for split in ("train", "validation")}
-        base_args = replace(loop_args, output_dir=str(root), max_steps=backbone.base_steps, seed=backbone.base_seed,
-                            learning_rate=backbone.base_learning_rate, lr_multipliers="", layer_decay=1.0, **NO_TOWER_LOCKS,
-                            warmup_steps=max(1, backbone.base_steps // 10), seeds="")
-        if accelerator.is_main_process:
-            root.mkdir(parents=True, exist_ok=True)
-            # what built it, besides the key: another thread count or torch version gives other (close) weights
-            built_with = {"torch": torch.__version__, "threads": torch.get_num_threads(),
-                          "processes": accelerator.num_processes}
-            write_atomic(root / "recipe.json", json.dumps({**recipe, "built_with": built_with}, indent=2))
-        train_variants(accelerator, [SHORT_BASE],
-                       lambda _: base_clip_task(backbone, dataset, SHORT_BASE_LENGTH, backbone.base_seed),
-                       lambda model, processor: {}, short, base_args, LoraArguments(), phase="base pretraining")
-    return str(checkpoint)
-
-
-@contextmanager
-def _one_builder(accelerator: Accelerator, root: Path) -> Iterator[None]:
-    """Hold `<root>.lock` while a cached base is checked and built, so that of several runs wanting the same base at
-    once one builds it and the others wait, then reuse it (rather than two builds racing, each with its own numerics).
-    The main process takes the lock for its run; the other processes of the run wait for it."""
-    lock = FileLock(str(root) + ".lock")
-    if accelerator.is_main_process:
-        root.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            accelerator.print(f"base CLIP-77: another run is building {root}; waiting for it")
-            lock.acquire()
-    accelerator.wait_for_everyone()
-    try:
-        yield
-    finally:
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
-            lock.release()
+              "sentences": backbone.base_sentences}
+    checkpoint, _ = cached_pretraining(
+        accelerator, backbone.base_cache_dir, "clip77", SHORT_BASE, recipe,
+        lambda: base_clip_task(backbone, dataset, SHORT_BASE_LENGTH, backbone.base_seed),
+        backbone.short_captions(dataset),
+        backbone.pretraining_loop(loop_args, warmup_steps=max(1, backbone.base_steps // 10)), label="base CLIP-77")
+    return checkpoint
 
 
 def load_clip(path: str, trust_remote_code: bool = False):
