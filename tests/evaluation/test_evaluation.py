@@ -101,7 +101,7 @@ def test_eval_command_runs_every_task_on_the_synthetic_benchmark(himo_checkpoint
     owners = [i for i in range(24) for _ in range(3)]
     images, text_embeds = direct_embeddings(model, processor, texts, rows["image"], 248)
     for k in (1, 5, 10):
-        assert metrics["retrieval"][f"i2t_r{k}"] == pytest.approx(naive_recall_i2t(images, text_embeds, owners, k))
+        assert metrics["retrieval"][f"r{k}_i2t"] == pytest.approx(naive_recall_i2t(images, text_embeds, owners, k))
 
 
 def test_plain_clip_on_coco_karpathy_with_five_captions_and_truncation(clip_checkpoint, tmp_path):
@@ -128,9 +128,9 @@ def test_plain_clip_on_coco_karpathy_with_five_captions_and_truncation(clip_chec
     owners = [i for i in range(5) for _ in range(5)]
     images, text_embeds = direct_embeddings(model, processor, texts, benchmark.dataset["image"], 77)
     for k in (1, 5):
-        assert retrieval[f"i2t_r{k}"] == pytest.approx(naive_recall_i2t(images, text_embeds, owners, k))
+        assert retrieval[f"r{k}_i2t"] == pytest.approx(naive_recall_i2t(images, text_embeds, owners, k))
     t2i_hits = ((text_embeds @ images.T).argmax(dim=1) == torch.tensor(owners)).double().mean().item() * 100
-    assert retrieval["t2i_r1"] == pytest.approx(t2i_hits)
+    assert retrieval["r1_t2i"] == pytest.approx(t2i_hits)
     assert retrieval["rsum"] == pytest.approx(sum(retrieval[f"{d}_r{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10)))
 
 

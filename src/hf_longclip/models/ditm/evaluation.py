@@ -24,6 +24,6 @@ def evaluate_hierarchy(model, processor, test, batch_size: int) -> dict:
     levels = test["levels"]
     text_embeds = encode([text for chain in levels for text in chain])
     distances = (text_embeds.reshape(len(levels), len(levels[0]), -1) - image_embeds[:, None]).norm(dim=-1)
-    return {"r1_i2t": retrieval["i2t_r1"], "r1_t2i": retrieval["t2i_r1"], "rsum": retrieval["rsum"],
+    return {"r1_i2t": retrieval["r1_i2t"], "r1_t2i": retrieval["r1_t2i"], "rsum": retrieval["rsum"],
             **{key: hierarchy[key] for key in ("precision", "recall", "d_corr", "d_corr_image")},
             "distance_by_level": distances.mean(dim=0).tolist(), "num_images": len(test)}
