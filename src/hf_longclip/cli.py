@@ -46,14 +46,14 @@ def _eval(args: argparse.Namespace) -> None:
     try:
         report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split,
                                 args.max_samples, args.tasks, args.batch_size, args.device,
-                                trust_remote_code=args.trust_remote_code)
+                                trust_remote_code=args.trust_remote_code, tie_rule=args.tie_rule)
     except ValueError as error:
         if "trust_remote_code" not in str(error):
             raise
         raise ValueError(f"{error} On the command line: --trust-remote-code (only for code you trust).") from None
     print(json.dumps(report["metrics"], indent=2))
     print(f"report and plots in {args.output_dir}/ ({report['num_samples']} samples, "
-          f"{report['num_skipped_images']} corrupt images skipped)")
+          f"{report['num_skipped_images']} corrupt images skipped, ties credited {report['tie_rule']})")
 
 
 def _shard(args: argparse.Namespace) -> None:
@@ -200,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="comma list of the tasks listed below (default: all the data supports)")
     evaluate.add_argument("--batch-size", type=int, default=64, help="images or texts encoded per forward pass")
     evaluate.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    evaluate.add_argument("--tie-rule", choices=("fair", "optimistic", "pessimistic"), default="fair",
+                          help="how tied scores count: fair (default: their expected credit when ties are broken at "
+                               "random), optimistic (as hits) or pessimistic (as misses)")
     evaluate.add_argument("--output-dir", type=Path, default=Path("outputs/eval"),
                           help="where report.json and the plots go (outputs/ is git-ignored)")
     evaluate.set_defaults(run=_eval)

@@ -50,7 +50,7 @@ def test_fold_retrieval_is_the_mean_of_independent_per_fold_recalls():
     texts, owners = texts[order], owners[order]
     result = fold_retrieval(images, texts, owners, num_folds=folds)
     per_fold = num_images // folds
-    expected = {f"{d}_r{k}": [] for d in ("i2t", "t2i") for k in (1, 5, 10)}
+    expected = {f"r{k}_{d}": [] for d in ("i2t", "t2i") for k in (1, 5, 10)}
     for fold in range(folds):
         members = [t for t in range(len(owners)) if fold * per_fold <= owners[t] < (fold + 1) * per_fold]
         local = (owners[members] - fold * per_fold).tolist()
@@ -115,7 +115,7 @@ def test_multi_positive_recall_hand_computed():
     # q1 scores (0.1, 0.7, 0.6, 0.0), positives {2, 3}: best 0.6, rank 1 -> miss at 1
     # q2 has no positive: skipped
     result = multi_positive_recall(queries, items, [[1], [3, 2], []], ks=(1, 2))
-    assert result == {"r1": 0.0, "r2": 100.0, "num_queries": 2, "num_without_positive": 1}
+    assert result == {"r1": 0.0, "r2": 100.0, "num_queries": 2, "num_without_positive": 1, "tie_rule": "fair"}
     dense = torch.zeros(3, 4, dtype=torch.bool)
     dense[0, 0] = dense[1, 2] = True
     assert multi_positive_recall(queries, items, dense, ks=(1,))["r1"] == 50.0
@@ -123,7 +123,7 @@ def test_multi_positive_recall_hand_computed():
     same = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
     intra = multi_positive_recall(same, same, [[0, 1], [2], [2]], ks=(1,), exclude_self=True)
     # q0: candidates q1 (0.9), q2 (0.0), positive q1 -> hit; q1: best other is q0 (0.9) > q2 (0.1) -> miss; q2 only self
-    assert intra == {"r1": 50.0, "num_queries": 2, "num_without_positive": 1}
+    assert intra == {"r1": 50.0, "num_queries": 2, "num_without_positive": 1, "tie_rule": "fair"}
     with pytest.raises(ValueError, match="out of range"):
         multi_positive_recall(queries, items, [[4], [], []])
 
@@ -241,7 +241,12 @@ def test_cxc_recalls_hand_computed(cxc_dir):
         [0.0, 0.0, 0.0, 1.0],   # 441
         [0.0, 0.0, 0.6, 0.8],   # 442
     ])
-    result = cxc_task(rows, images, texts)
+    # fair ties: image 44's 441 (positive) and 112 tie at 1.0: 1/2; I->I: image 11's positives 22 and 33 tie with
+    # image 44 at 0: 2/3; images 22 and 33 tie with two negatives: 1/3 each
+    fair = cxc_task(rows, images, texts)
+    assert fair["r1_i2t"] == 87.5 and fair["r1_i2i"] == pytest.approx(100 * (2 / 3 + 1 / 3 + 1 / 3) / 3)
+    assert fair["r5_i2i"] == 100.0 and fair["tie_rule"] == "fair"
+    result = cxc_task(rows, images, texts, tie_rule="optimistic")  # as the brute force below
     # I->T R@1: image 11 best text 111 (1.0, positive) hit; 22 best 222 (1.0) hit; 33 best 331 hit; 44 best 112/441
     # tie at 1.0, 441 is positive -> hit (ties in the query's favour)
     assert result["r1_i2t"] == 100.0
@@ -260,11 +265,11 @@ def test_cxc_recalls_hand_computed(cxc_dir):
     for direction, matrix in scores.items():
         for k in (1, 5):
             expected = naive_recall(matrix.numpy(), positives[direction], k, exclude_self=direction in ("t2t", "i2i"))
-            assert result[f"{direction}_r{k}"] == pytest.approx(expected)
+            assert result[f"r{k}_{direction}"] == pytest.approx(expected)
     assert cxc_retrieval(images, texts, **positives)["r1_t2i"] == pytest.approx(87.5)
     # the retrieval task carries it, next to the plain (5K-style) numbers
     lookup = {text: texts[i] for i, text in enumerate(t for group in rows["captions"] for t in group)}
-    report = retrieval_task(rows, lambda batch: torch.stack([lookup[t] for t in batch]), images)
+    report = retrieval_task(rows, lambda batch: torch.stack([lookup[t] for t in batch]), images, tie_rule="optimistic")
     assert report["cxc"] == result and report["num_texts"] == 8
 
 

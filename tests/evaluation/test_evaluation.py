@@ -76,12 +76,15 @@ def test_eval_command_runs_every_task_on_the_synthetic_benchmark(himo_checkpoint
     result = subprocess.run(
         [sys.executable, "-m", "hf_longclip.cli", "eval", "--model", str(himo_checkpoint), "--dataset", "synthetic",
          "--data-dir", str(tmp_path / "synthetic"), "--max-samples", "24", "--batch-size", "16",
-         "--output-dir", str(output)],
+         "--output-dir", str(output), "--tie-rule", "optimistic"],  # as the naive recall below
         capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads((output / "report.json").read_text())
     metrics = report["metrics"]
+    assert report["tie_rule"] == "optimistic" and "ties credited optimistic" in result.stdout
+    assert {task: metrics[task]["tie_rule"] for task in TASKS if task != "ssi"} == dict.fromkeys(
+        set(TASKS) - {"ssi"}, "optimistic")  # SSI ranks nothing
     assert set(metrics) == set(TASKS) and report["num_samples"] == 24 and report["num_skipped_images"] == 0
     assert metrics["retrieval"]["num_images"] == 24 and metrics["retrieval"]["num_texts"] == 72  # 3 per scene
     assert metrics["cola"]["num_samples"] == 12  # the 12 hard-negative pairs
@@ -131,7 +134,7 @@ def test_plain_clip_on_coco_karpathy_with_five_captions_and_truncation(clip_chec
         assert retrieval[f"r{k}_i2t"] == pytest.approx(naive_recall_i2t(images, text_embeds, owners, k))
     t2i_hits = ((text_embeds @ images.T).argmax(dim=1) == torch.tensor(owners)).double().mean().item() * 100
     assert retrieval["r1_t2i"] == pytest.approx(t2i_hits)
-    assert retrieval["rsum"] == pytest.approx(sum(retrieval[f"{d}_r{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10)))
+    assert retrieval["rsum"] == pytest.approx(sum(retrieval[f"r{k}_{d}"] for d in ("i2t", "t2i") for k in (1, 5, 10)))
 
 
 def test_hierarcaps_and_cola_fixtures(himo_checkpoint, tmp_path):

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..data.eval_datasets import check_data_dir, load_eval_dataset
+from ..metrics.keys import upgrade_keys
+from ..metrics.ties import DEFAULT_TIE_RULE, check_tie_rule
 from ..plots import coverage, plot_prefix_similarity, plot_recalls
 from .loading import load_model
 from .tasks import evaluate_dataset
@@ -18,16 +20,19 @@ from .tasks import evaluate_dataset
 def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | None = None,
                    output_dir: str | Path = "eval", split: str | None = None, max_samples: int | None = None,
                    tasks: Sequence[str] | None = None, batch_size: int = 64, device: str | None = None,
-                   progress: bool = True, trust_remote_code: bool = False) -> dict:
+                   progress: bool = True, trust_remote_code: bool = False, tie_rule: str = DEFAULT_TIE_RULE) -> dict:
     """Evaluate a model on a benchmark; write `report.json` and the plots into `output_dir`; return the report.
-    `trust_remote_code`: let a checkpoint that needs code of its own run it (`load_model`)."""
+    `trust_remote_code`: let a checkpoint that needs code of its own run it (`load_model`). `tie_rule`: how every
+    metric credits tied scores (`hf_longclip.metrics.ties`), recorded in the report."""
+    check_tie_rule(tie_rule)
     check_data_dir(dataset_name, data_dir)  # before the model loads: a missing argument fails at once
     model, processor = load_model(model_name_or_path, device, trust_remote_code)
     dataset, split, num_skipped, classnames, templates = load_eval_dataset(dataset_name, data_dir, split,
                                                                            max_samples)
-    metrics = evaluate_dataset(model, processor, dataset, tasks, batch_size, progress, classnames, templates)
+    metrics = evaluate_dataset(model, processor, dataset, tasks, batch_size, progress, classnames, templates,
+                               tie_rule)
     report = {"model": str(model_name_or_path), "dataset": dataset_name, "split": split, "num_samples": len(dataset),
-              "num_skipped_images": num_skipped, "metrics": metrics, "plots": []}
+              "num_skipped_images": num_skipped, "tie_rule": tie_rule, "metrics": metrics, "plots": []}
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     name = Path(str(model_name_or_path)).name
@@ -41,4 +46,16 @@ def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | N
                                                           output_dir / "himo_prefix_similarity.png", covers,
                                                           f"{name} on {dataset_name} ({split})")))
     (output_dir / "report.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
+def load_report(path: str | Path) -> dict:
+    """A `report.json` written by `run_evaluation` (or a directory holding one), its metric names in the current
+    vocabulary (`hf_longclip.metrics.keys`: a report with the old names, e.g. ``i2t_r1``, is read with a
+    DeprecationWarning). A report written before the tie rule was recorded counted ties as hits: its ``tie_rule``
+    reads ``"optimistic"``."""
+    path = Path(path)
+    path = path / "report.json" if path.is_dir() else path
+    report = upgrade_keys(json.loads(path.read_text()), str(path))
+    report.setdefault("tie_rule", "optimistic")
     return report

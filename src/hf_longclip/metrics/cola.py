@@ -11,7 +11,8 @@ from .ties import DEFAULT_TIE_RULE, pairwise_credit
 DIRECTIONS = ("text_to_image", "image_to_text", "group")
 
 
-def cola_multi(scores, direction: str = "text_to_image", tie_rule: str = DEFAULT_TIE_RULE) -> dict[str, float | int | str]:
+def cola_multi(scores, direction: str = "text_to_image",
+               tie_rule: str = DEFAULT_TIE_RULE) -> dict[str, float | int | str]:
     """Percent of image pairs matched correctly; ``scores[n][i][c]`` is the score of image i with caption c of pair n,
     shape (N, 2, 2); caption c describes image c and the two captions swap the objects' attributes.
 

@@ -224,7 +224,8 @@ def long_text_retrieval(
         best.scatter_reduce_(0, rows, scores[rows, positives], reduce="amax")
         positives_at_best = torch.bincount(rows[scores[rows, positives] == best[rows]], minlength=hi - lo)
         above, tied = _count_above_and_tied(scores, best.unsqueeze(1))
-        i2t_above[lo:hi], i2t_negatives[lo:hi], i2t_positives[lo:hi] = above, tied - positives_at_best, positives_at_best
+        i2t_above[lo:hi], i2t_positives[lo:hi] = above, positives_at_best
+        i2t_negatives[lo:hi] = tied - positives_at_best
         del scores  # before the next chunk's scores exist
 
     t2i_above, t2i_negatives = (torch.empty(num_texts, dtype=torch.int64) for _ in range(2))

@@ -90,7 +90,8 @@ def zero_shot_classification(
     (num_images,) the true class indices. Scaling an image embedding does not change its ranking, so images need not
     be normalised. An image is correct at k if its true class is among the k best-scored; a true class with g
     classes scored strictly higher and t tied with it counts ``clamp((k - g) / (t + 1), 0, 1)`` under
-    ``tie_rule="fair"`` (default), ``g < k`` ``"optimistic"``, ``g + t < k`` ``"pessimistic"`` (as `recall_at_k`). A k larger than the number of classes raises a ValueError (top-5 of 3
+    ``tie_rule="fair"`` (default), ``g < k`` ``"optimistic"``, ``g + t < k`` ``"pessimistic"`` (as `recall_at_k`).
+    A k larger than the number of classes raises a ValueError (top-5 of 3
     classes would be a meaningless 100%): pass e.g. ``ks=(1,)``. Images are scored ``chunk_size`` at a time.
 
     Returns ``{"top1": ..., "top5": ..., "num_samples": num_images, "tie_rule": tie_rule}`` (keys follow ``ks``).
