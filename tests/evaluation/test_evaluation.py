@@ -110,10 +110,10 @@ def test_eval_command_runs_every_task_on_the_synthetic_benchmark(himo_checkpoint
 def test_plain_clip_on_coco_karpathy_with_five_captions_and_truncation(clip_checkpoint, tmp_path):
     entries = [karpathy_image(i, "test", "val2014") for i in range(6)]
     letters = torch.Generator().manual_seed(0)
-    for entry in entries:  # distinct captions (no near-ties), the first ones longer than CLIP's 77 positions
-        for sentence in entry["sentences"]:
+    for entry in entries:  # distinct captions (no ties), the first ones longer than CLIP's 77 positions
+        for sentence in entry["sentences"]:  # the distinct word first: truncation must not make two captions one
             word = "".join(chr(97 + int(c)) for c in torch.randint(0, 26, (12,), generator=letters))
-            sentence["raw"] = f"{LONG_WORDS if entry['imgid'] < 3 else ''} {word}."
+            sentence["raw"] = f"{word} {LONG_WORDS if entry['imgid'] < 3 else ''}."
     write_json(tmp_path / "dataset_coco.json", {"images": entries, "dataset": "coco"})
     for index, entry in enumerate(entries):
         write_image(tmp_path / entry["filepath"] / entry["filename"], index, size=(40, 36))
@@ -160,7 +160,7 @@ def test_hierarcaps_and_cola_fixtures(himo_checkpoint, tmp_path):
     images, texts = direct_embeddings(model, processor, cola_rows[0]["captions"], cola_rows[0]["images"], 248)
     scores = images @ texts.T
     correct = bool(scores[0, 0] > scores[1, 0] and scores[1, 1] > scores[0, 1])
-    assert cola == {"accuracy": 100.0 * correct, "num_samples": 2}
+    assert cola == {"accuracy": 100.0 * correct, "num_samples": 2, "tie_rule": "fair"}
 
 
 def test_unsupported_tasks_are_named(himo_checkpoint, tmp_path):
@@ -279,3 +279,4 @@ def test_data_and_models_never_import_evaluation():
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert not [name for arch in MODEL_FOLDERS for name in model_bundle(arch) if "evaluation" in name]
+
