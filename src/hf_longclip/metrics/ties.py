@@ -42,12 +42,16 @@ def hit_credit(above: torch.Tensor, tied_negatives: torch.Tensor, tied_positives
         return (above < k).double()
     if tie_rule == "pessimistic":
         return (above + tied_negatives < k).double()
-    negatives, group = tied_negatives.double(), (tied_negatives + tied_positives).double()
-    slots = torch.minimum(torch.as_tensor(k) - above, tied_negatives + tied_positives).clamp(min=0)
-    miss = torch.ones(above.shape, dtype=torch.float64)  # C(n, m) / C(n + p, m) = prod_{i < m} (n - i) / (n + p - i)
-    for i in range(int(slots.max()) if slots.numel() else 0):  # at most k rounds
+    credit = (above < k).double()  # exact for queries without a tied negative
+    tied = torch.nonzero(tied_negatives > 0).flatten()
+    negatives = tied_negatives[tied].double()
+    group = negatives + tied_positives[tied].double()
+    slots = torch.minimum(k - above[tied], tied_negatives[tied] + tied_positives[tied]).clamp(min=0)
+    miss = torch.ones(len(tied), dtype=torch.float64)  # C(n, m) / C(n + p, m) = prod_{i < m} (n - i) / (n + p - i)
+    for i in range(int(slots.max()) if len(tied) else 0):  # at most k rounds
         miss = torch.where(i < slots, miss * (negatives - i).clamp(min=0) / (group - i), miss)
-    return 1 - miss
+    credit[tied] = 1 - miss
+    return credit
 
 
 def pairwise_credit(margin: torch.Tensor, tie_rule: str, tolerance: float = 0.0) -> torch.Tensor:
