@@ -144,3 +144,17 @@ def test_unknown_rule_is_named(call):
     with pytest.raises(ValueError, match=r"tie_rule must be one of \('fair', 'optimistic', 'pessimistic'\), got 'rand"):
         call("random")
     assert TIE_RULES == ("fair", "optimistic", "pessimistic")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_recall_at_k_counts_exactly_in_low_precision_and_leaves_its_input(dtype):
+    # 600 columns: bfloat16 sums of 1s stop being exact at 256, float16 at 2048; row 0 ties with 299 others at 1.0
+    similarity = torch.zeros(600, 600, dtype=dtype)
+    similarity[0, :300] = 1.0
+    similarity.fill_diagonal_(0.5)
+    similarity[0, 0] = 1.0
+    before = similarity.clone()
+    # row 0: its item ties with 299 others at 1.0 (1/300 at R@1); every other row: its 0.5 above zeros (a hit)
+    expected = (1 / 300 + 599) / 600 * 100
+    assert recall_at_k(similarity, 1) == pytest.approx(expected)
+    assert torch.equal(similarity, before)

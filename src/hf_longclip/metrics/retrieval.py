@@ -64,8 +64,8 @@ def recall_at_k(similarity: torch.Tensor, k: int = 1, tie_rule: str = DEFAULT_TI
     if not torch.isfinite(similarity).all():
         raise ValueError("similarity contains NaN or inf")
     check_tie_rule(tie_rule)
-    paired = similarity.diagonal().unsqueeze(1)
-    above, tied = _count_above_and_tied(similarity.clone(), paired)
+    scores = _exact_copy(similarity)
+    above, tied = _count_above_and_tied(scores, scores.diagonal().unsqueeze(1).clone())
     return hit_credit(above, tied - 1, torch.ones_like(tied), k, tie_rule).mean().item() * 100
 
 
@@ -124,6 +124,12 @@ def as_index(value, name: str, length: int, upper: int, upper_name: str) -> torc
             f"{name}[{first}] = {int(index[first])} is out of range: must be in [0, {upper}) ({upper_name})"
         )
     return index
+
+
+def _exact_copy(scores: torch.Tensor) -> torch.Tensor:
+    """A float32 (float64 stays float64) copy of ``scores`` for `_count_above_and_tied`, whose in-place counts would
+    overwrite the caller's matrix and, in float16 / bfloat16, stop being exact past 2048 / 256 entries per row."""
+    return scores.to(torch.float64 if scores.dtype == torch.float64 else torch.float32, copy=True)
 
 
 def _count_above_and_tied(scores: torch.Tensor, threshold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -453,7 +459,7 @@ def recall_at_1_by_text(image_embeds: torch.Tensor, text_embeds: torch.Tensor, o
     ties credited by ``tie_rule`` as in `long_text_retrieval` (fair: the chance of a hit under random tie-breaking).
     """
     check_tie_rule(tie_rule)
-    similarity = image_embeds @ text_embeds.T  # (images, distinct texts)
+    similarity = _exact_copy(image_embeds @ text_embeds.T)  # (images, distinct texts)
     above, tied = _count_above_and_tied(similarity.clone(), similarity.gather(1, owners[:, None]))
     i2t = hit_credit(above, tied - 1, torch.ones_like(tied), 1, tie_rule).mean().item() * 100
     carries = (owners[:, None] == torch.arange(text_embeds.shape[0])[None]).T  # (texts, images)
