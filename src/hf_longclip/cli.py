@@ -47,14 +47,14 @@ def _eval(args: argparse.Namespace) -> None:
         report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split,
                                 args.max_samples, args.tasks, args.batch_size, args.device,
                                 trust_remote_code=args.trust_remote_code, scoring=args.scoring, topk=args.topk,
-                                protocol=args.protocol)
+                                protocol=args.protocol, tie_rule=args.tie_rule)
     except ValueError as error:
         if "trust_remote_code" not in str(error):
             raise
         raise ValueError(f"{error} On the command line: --trust-remote-code (only for code you trust).") from None
     print(json.dumps(report["metrics"], indent=2))
     print(f"report and plots in {args.output_dir}/ ({report['num_samples']} samples, "
-          f"{report['num_skipped_images']} corrupt images skipped)")
+          f"{report['num_skipped_images']} corrupt images skipped, ties credited {report['tie_rule']})")
 
 
 def _shard(args: argparse.Namespace) -> None:
@@ -277,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--topk", type=_positive_int, default=128,
                           help="texts re-scored per image with --scoring conditioned-topk (default 128)")
     evaluate.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    evaluate.add_argument("--tie-rule", choices=("fair", "optimistic", "pessimistic"), default="fair",
+                          help="how tied scores count: fair (default: their expected credit when ties are broken at "
+                               "random), optimistic (as hits) or pessimistic (as misses)")
     evaluate.add_argument("--output-dir", type=Path, default=Path("outputs/eval"),
                           help="where report.json and the plots go (outputs/ is git-ignored)")
     evaluate.set_defaults(run=_eval)

@@ -11,6 +11,7 @@ Each model's own figures are in `hf_longclip.models.<arch>.plots`, drawn with `p
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -142,11 +143,11 @@ def plot_seed_summary(summary: dict[str, dict[str, dict]], metrics: Sequence[str
 def plot_recalls(retrieval: dict, path: str | Path, title: str = "") -> Path:
     """Save a bar chart of Recall@K, image-to-text beside text-to-image, with how many images and texts it ranks."""
     plt = pyplot()
-    ks = sorted(int(key.removeprefix("i2t_r")) for key in retrieval if key.startswith("i2t_r"))
+    ks = sorted(int(key[1:].removesuffix("_i2t")) for key in retrieval if re.fullmatch(r"r\d+_i2t", key))
     fig, ax = plt.subplots(figsize=(6, 4))
     width = 0.38
     for offset, direction, label in ((-width / 2, "i2t", "image to text"), (width / 2, "t2i", "text to image")):
-        values = [retrieval[f"{direction}_r{k}"] for k in ks]
+        values = [retrieval[f"r{k}_{direction}"] for k in ks]
         bars = ax.bar([i + offset for i in range(len(ks))], values, width, label=label)
         ax.bar_label(bars, fmt="%.1f", fontsize=8)
     ax.set_xticks(range(len(ks)), [f"R@{k}" for k in ks])

@@ -50,22 +50,22 @@ def test_fold_retrieval_is_the_mean_of_independent_per_fold_recalls():
     texts, owners = texts[order], owners[order]
     result = fold_retrieval(images, texts, owners, num_folds=folds)
     per_fold = num_images // folds
-    expected = {f"{d}_r{k}": [] for d in ("i2t", "t2i") for k in (1, 5, 10)}
+    expected = {f"r{k}_{d}": [] for d in ("i2t", "t2i") for k in (1, 5, 10)}
     for fold in range(folds):
         members = [t for t in range(len(owners)) if fold * per_fold <= owners[t] < (fold + 1) * per_fold]
         local = (owners[members] - fold * per_fold).tolist()
         scores = (images[fold * per_fold:(fold + 1) * per_fold] @ texts[members].T).numpy()
         i2t = [[t for t, o in enumerate(local) if o == i] for i in range(per_fold)]
         for k in (1, 5, 10):
-            expected[f"i2t_r{k}"].append(naive_recall(scores, i2t, k))
-            expected[f"t2i_r{k}"].append(naive_recall(scores.T, [[o] for o in local], k))
+            expected[f"r{k}_i2t"].append(naive_recall(scores, i2t, k))
+            expected[f"r{k}_t2i"].append(naive_recall(scores.T, [[o] for o in local], k))
         assert result["folds"][fold]["num_images"] == per_fold
         assert result["folds"][fold]["num_texts"] == per_fold * per_image
     for key, values in expected.items():
         assert result[key] == pytest.approx(np.mean(values))
     assert result["rsum"] == pytest.approx(sum(np.mean(v) for v in expected.values()))
     assert result["num_folds"] == folds and result["images_per_fold"] == per_fold
-    assert len({round(fold["t2i_r1"], 6) for fold in result["folds"]}) > 1  # the folds really differ
+    assert len({round(fold["r1_t2i"], 6) for fold in result["folds"]}) > 1  # the folds really differ
     with pytest.raises(ValueError, match="equal folds"):
         fold_retrieval(images, texts, owners, num_folds=3)
 
@@ -78,8 +78,8 @@ def test_fold_boundaries_are_by_image():
     texts[0] = torch.tensor([0.6, 0.0, 0.8, 0.0])
     full = long_text_retrieval(images, texts, [0, 1, 2, 3], ks=(1,))
     folds = fold_retrieval(images, texts, [0, 1, 2, 3], num_folds=2, ks=(1,))
-    assert full["t2i_r1"] == 75.0 and full["i2t_r1"] == 100.0
-    assert folds["folds"][0]["t2i_r1"] == 100.0 and folds["t2i_r1"] == 100.0
+    assert full["r1_t2i"] == 75.0 and full["r1_i2t"] == 100.0
+    assert folds["folds"][0]["r1_t2i"] == 100.0 and folds["r1_t2i"] == 100.0
 
 
 def test_retrieval_task_reports_5k_and_1k_on_5000_images():
@@ -94,11 +94,11 @@ def test_retrieval_task_reports_5k_and_1k_on_5000_images():
         return torch.stack([lookup[text] for text in batch])
 
     result = retrieval_task(rows, encode, images)
-    assert result["num_images"] == num and result["i2t_r1"] == pytest.approx(
-        long_text_retrieval(images, texts, list(range(num)))["i2t_r1"])
+    assert result["num_images"] == num and result["r1_i2t"] == pytest.approx(
+        long_text_retrieval(images, texts, list(range(num)))["r1_i2t"])
     assert result["1k"]["num_folds"] == 5 and result["1k"]["images_per_fold"] == 1000
-    assert result["1k"]["i2t_r1"] == pytest.approx(fold_retrieval(images, texts, list(range(num)))["i2t_r1"])
-    assert result["1k"]["i2t_r1"] > result["i2t_r1"]  # fewer candidates per query
+    assert result["1k"]["r1_i2t"] == pytest.approx(fold_retrieval(images, texts, list(range(num)))["r1_i2t"])
+    assert result["1k"]["r1_i2t"] > result["r1_i2t"]  # fewer candidates per query
     small = rows.select(range(10))
     assert "1k" not in retrieval_task(small, encode, images[:10])  # not a 5K split: unchanged output
     assert "5" in retrieval_task(small, encode, images[:10], folds=2)  # explicit folds: 2 folds of 5 images
@@ -115,7 +115,7 @@ def test_multi_positive_recall_hand_computed():
     # q1 scores (0.1, 0.7, 0.6, 0.0), positives {2, 3}: best 0.6, rank 1 -> miss at 1
     # q2 has no positive: skipped
     result = multi_positive_recall(queries, items, [[1], [3, 2], []], ks=(1, 2))
-    assert result == {"r1": 0.0, "r2": 100.0, "num_queries": 2, "num_without_positive": 1}
+    assert result == {"r1": 0.0, "r2": 100.0, "num_queries": 2, "num_without_positive": 1, "tie_rule": "fair"}
     dense = torch.zeros(3, 4, dtype=torch.bool)
     dense[0, 0] = dense[1, 2] = True
     assert multi_positive_recall(queries, items, dense, ks=(1,))["r1"] == 50.0
@@ -123,7 +123,7 @@ def test_multi_positive_recall_hand_computed():
     same = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
     intra = multi_positive_recall(same, same, [[0, 1], [2], [2]], ks=(1,), exclude_self=True)
     # q0: candidates q1 (0.9), q2 (0.0), positive q1 -> hit; q1: best other is q0 (0.9) > q2 (0.1) -> miss; q2 only self
-    assert intra == {"r1": 50.0, "num_queries": 2, "num_without_positive": 1}
+    assert intra == {"r1": 50.0, "num_queries": 2, "num_without_positive": 1, "tie_rule": "fair"}
     with pytest.raises(ValueError, match="out of range"):
         multi_positive_recall(queries, items, [[4], [], []])
 
@@ -241,30 +241,35 @@ def test_cxc_recalls_hand_computed(cxc_dir):
         [0.0, 0.0, 0.0, 1.0],   # 441
         [0.0, 0.0, 0.6, 0.8],   # 442
     ])
-    result = cxc_task(rows, images, texts)
+    # fair ties: image 44's 441 (positive) and 112 tie at 1.0: 1/2; I->I: image 11's positives 22 and 33 tie with
+    # image 44 at 0: 2/3; images 22 and 33 tie with two negatives: 1/3 each
+    fair = cxc_task(rows, images, texts)
+    assert fair["r1_i2t"] == 87.5 and fair["r1_i2i"] == pytest.approx(100 * (2 / 3 + 1 / 3 + 1 / 3) / 3)
+    assert fair["r5_i2i"] == 100.0 and fair["tie_rule"] == "fair"
+    result = cxc_task(rows, images, texts, tie_rule="optimistic")  # as the brute force below
     # I->T R@1: image 11 best text 111 (1.0, positive) hit; 22 best 222 (1.0) hit; 33 best 331 hit; 44 best 112/441
     # tie at 1.0, 441 is positive -> hit (ties in the query's favour)
-    assert result["i2t_r1"] == 100.0
+    assert result["r1_i2t"] == 100.0
     # T->I R@1: 111 -> 11 hit; 112 -> 44 miss; 221 -> 22 (0.8) hit; 222 hit; 331 hit; 332 -> 33 hit; 441 hit;
     # 442 -> 44 (0.8) hit: 7/8
-    assert result["t2i_r1"] == pytest.approx(87.5)
+    assert result["r1_t2i"] == pytest.approx(87.5)
     # T->T (queries with positives: 111, 221, 331, 332): 111 -> best other 221 (0.6)? scores 112:0, 221:0.6,
     # 222:0, 331:0, 332:0, 441:0, 442:0 -> hit; 221 -> 111 (0.6) vs 222 (0.8): miss at 1, hit at 5;
     # 331 -> 332 (0.8) best: hit; 332 -> 331 (0.8) vs 442 (0.48+0.48=0.96): miss at 1, rank 1 -> hit at 5
-    assert result["t2t_r1"] == 50.0 and result["t2t_r5"] == 100.0 and result["t2t_num_queries"] == 4
+    assert result["r1_t2t"] == 50.0 and result["r5_t2t"] == 100.0 and result["num_queries_t2t"] == 4
     # I->I (image directions orthogonal: every other image scores 0, ties in the query's favour): 3 queries, all hit
-    assert result["i2i_r1"] == 100.0 and result["i2i_num_queries"] == 3
+    assert result["r1_i2i"] == 100.0 and result["num_queries_i2i"] == 3
     assert result["num_missing_positives"] == 1
     # the same numbers from an independent brute force
     scores = {"i2t": images @ texts.T, "t2i": texts @ images.T, "t2t": texts @ texts.T, "i2i": images @ images.T}
     for direction, matrix in scores.items():
         for k in (1, 5):
             expected = naive_recall(matrix.numpy(), positives[direction], k, exclude_self=direction in ("t2t", "i2i"))
-            assert result[f"{direction}_r{k}"] == pytest.approx(expected)
-    assert cxc_retrieval(images, texts, **positives)["t2i_r1"] == pytest.approx(87.5)
+            assert result[f"r{k}_{direction}"] == pytest.approx(expected)
+    assert cxc_retrieval(images, texts, **positives)["r1_t2i"] == pytest.approx(87.5)
     # the retrieval task carries it, next to the plain (5K-style) numbers
     lookup = {text: texts[i] for i, text in enumerate(t for group in rows["captions"] for t in group)}
-    report = retrieval_task(rows, lambda batch: torch.stack([lookup[t] for t in batch]), images)
+    report = retrieval_task(rows, lambda batch: torch.stack([lookup[t] for t in batch]), images, tie_rule="optimistic")
     assert report["cxc"] == result and report["num_texts"] == 8
 
 
@@ -281,4 +286,4 @@ def test_cli_evaluates_coco_cxc_from_its_files(cxc_dir, tmp_path):
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
     assert report["dataset"] == "coco_cxc" and report["num_samples"] == 4
     cxc = report["metrics"]["retrieval"]["cxc"]
-    assert {"i2t_r1", "t2i_r5", "t2t_r1", "i2i_r5"} <= set(cxc) and cxc["num_missing_positives"] == 1
+    assert {"r1_i2t", "r5_t2i", "r1_t2t", "r5_i2i"} <= set(cxc) and cxc["num_missing_positives"] == 1

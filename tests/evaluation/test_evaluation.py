@@ -76,12 +76,15 @@ def test_eval_command_runs_every_task_on_the_synthetic_benchmark(himo_checkpoint
     result = subprocess.run(
         [sys.executable, "-m", "hf_longclip.cli", "eval", "--model", str(himo_checkpoint), "--dataset", "synthetic",
          "--data-dir", str(tmp_path / "synthetic"), "--max-samples", "24", "--batch-size", "16",
-         "--output-dir", str(output)],
+         "--output-dir", str(output), "--tie-rule", "optimistic"],  # as the naive recall below
         capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads((output / "report.json").read_text())
     metrics = report["metrics"]
+    assert report["tie_rule"] == "optimistic" and "ties credited optimistic" in result.stdout
+    assert {task: metrics[task]["tie_rule"] for task in TASKS if task != "ssi"} == dict.fromkeys(
+        set(TASKS) - {"ssi"}, "optimistic")  # SSI ranks nothing
     assert set(metrics) == set(TASKS) and report["num_samples"] == 24 and report["num_skipped_images"] == 0
     assert metrics["retrieval"]["num_images"] == 24 and metrics["retrieval"]["num_texts"] == 72  # 3 per scene
     assert metrics["cola"]["num_samples"] == 12  # the 12 hard-negative pairs
@@ -101,16 +104,16 @@ def test_eval_command_runs_every_task_on_the_synthetic_benchmark(himo_checkpoint
     owners = [i for i in range(24) for _ in range(3)]
     images, text_embeds = direct_embeddings(model, processor, texts, rows["image"], 248)
     for k in (1, 5, 10):
-        assert metrics["retrieval"][f"i2t_r{k}"] == pytest.approx(naive_recall_i2t(images, text_embeds, owners, k))
+        assert metrics["retrieval"][f"r{k}_i2t"] == pytest.approx(naive_recall_i2t(images, text_embeds, owners, k))
 
 
 def test_plain_clip_on_coco_karpathy_with_five_captions_and_truncation(clip_checkpoint, tmp_path):
     entries = [karpathy_image(i, "test", "val2014") for i in range(6)]
     letters = torch.Generator().manual_seed(0)
-    for entry in entries:  # distinct captions (no near-ties), the first ones longer than CLIP's 77 positions
-        for sentence in entry["sentences"]:
+    for entry in entries:  # distinct captions (no ties), the first ones longer than CLIP's 77 positions
+        for sentence in entry["sentences"]:  # the distinct word first: truncation must not make two captions one
             word = "".join(chr(97 + int(c)) for c in torch.randint(0, 26, (12,), generator=letters))
-            sentence["raw"] = f"{LONG_WORDS if entry['imgid'] < 3 else ''} {word}."
+            sentence["raw"] = f"{word} {LONG_WORDS if entry['imgid'] < 3 else ''}."
     write_json(tmp_path / "dataset_coco.json", {"images": entries, "dataset": "coco"})
     for index, entry in enumerate(entries):
         write_image(tmp_path / entry["filepath"] / entry["filename"], index, size=(40, 36))
@@ -128,10 +131,10 @@ def test_plain_clip_on_coco_karpathy_with_five_captions_and_truncation(clip_chec
     owners = [i for i in range(5) for _ in range(5)]
     images, text_embeds = direct_embeddings(model, processor, texts, benchmark.dataset["image"], 77)
     for k in (1, 5):
-        assert retrieval[f"i2t_r{k}"] == pytest.approx(naive_recall_i2t(images, text_embeds, owners, k))
+        assert retrieval[f"r{k}_i2t"] == pytest.approx(naive_recall_i2t(images, text_embeds, owners, k))
     t2i_hits = ((text_embeds @ images.T).argmax(dim=1) == torch.tensor(owners)).double().mean().item() * 100
-    assert retrieval["t2i_r1"] == pytest.approx(t2i_hits)
-    assert retrieval["rsum"] == pytest.approx(sum(retrieval[f"{d}_r{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10)))
+    assert retrieval["r1_t2i"] == pytest.approx(t2i_hits)
+    assert retrieval["rsum"] == pytest.approx(sum(retrieval[f"r{k}_{d}"] for d in ("i2t", "t2i") for k in (1, 5, 10)))
 
 
 def test_hierarcaps_and_cola_fixtures(himo_checkpoint, tmp_path):
@@ -157,7 +160,7 @@ def test_hierarcaps_and_cola_fixtures(himo_checkpoint, tmp_path):
     images, texts = direct_embeddings(model, processor, cola_rows[0]["captions"], cola_rows[0]["images"], 248)
     scores = images @ texts.T
     correct = bool(scores[0, 0] > scores[1, 0] and scores[1, 1] > scores[0, 1])
-    assert cola == {"accuracy": 100.0 * correct, "num_samples": 2}
+    assert cola == {"accuracy": 100.0 * correct, "num_samples": 2, "tie_rule": "fair"}
 
 
 def test_unsupported_tasks_are_named(himo_checkpoint, tmp_path):
@@ -276,3 +279,4 @@ def test_data_and_models_never_import_evaluation():
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert not [name for arch in MODEL_FOLDERS for name in model_bundle(arch) if "evaluation" in name]
+

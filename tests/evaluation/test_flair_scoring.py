@@ -151,7 +151,7 @@ def test_recalls_equal_flairs_retrieval_code(flair, scoring):
     theirs = flair_retrieval(reference, pixels, ids, txt2img, img2txt, FLAIR_MODES[scoring], TOPK)
     ours = evaluate_dataset(model, processor, dataset, ["retrieval"], batch_size=4, progress=False, scoring=scoring,
                             topk=TOPK)["retrieval"]
-    pairs = {f"{ours_key}_r{k}": f"{their_key}_R@{k}" for k in (1, 5, 10)
+    pairs = {f"r{k}_{ours_key}": f"{their_key}_R@{k}" for k in (1, 5, 10)
              for ours_key, their_key in (("i2t", "image_to_text"), ("t2i", "text_to_image"))}
     print(scoring, {key: (ours[key], 100 * theirs[their]) for key, their in pairs.items()})
     expected = {key: 100 * theirs[their] for key, their in pairs.items()}
@@ -228,7 +228,7 @@ def test_score_matrix_retrieval_ranks_the_scores_exactly():
     result = score_matrix_retrieval(scores, [0, 0, 1], ks=(1,))
     # I2T: image 0's best text is its caption 1 (hit); image 1's best is text 2, its own (hit).
     # T2I: text 0 -> image 1 (0.3 > 0.1, miss); text 1 -> image 0 (hit); text 2 -> image 0 (0.5 > 0.4, miss)
-    assert result["i2t_r1"] == 100 and result["t2i_r1"] == pytest.approx(100 / 3)
+    assert result["r1_i2t"] == 100 and result["r1_t2i"] == pytest.approx(100 / 3)
 
 
 def test_unscored_pairs_rank_below_in_index_order():
@@ -293,7 +293,7 @@ def test_fcast_scores_conditioned_over_its_segments_with_a_note():
     rows = Dataset.from_dict({"image": random_images(4), "caption": CAPTIONS})
     every = evaluate_dataset(model, processor, rows, ["retrieval"], progress=False, scoring="conditioned")["retrieval"]
     assert every["scoring_note"].startswith("text-conditioned scoring is not F-CAST's inference")
-    assert every["num_texts"] == 4 and 0 <= every["i2t_r1"] <= 100
+    assert every["num_texts"] == 4 and 0 <= every["r1_i2t"] <= 100
     from hf_longclip.evaluation import encode_texts
 
     queries = encode_texts(model, processor, CAPTIONS, normalize=False)

@@ -2,6 +2,7 @@
 transcription of the authors' evaluation loop (github.com/TAU-VAILab/hierarcaps,
 code/evaluation/hierarchical_retrieval.py) on random data."""
 
+import itertools
 import math
 
 import numpy as np
@@ -46,41 +47,53 @@ def test_argsort_of_radii_gives_the_same_tau():
 
 def official_tau(row) -> float:
     """The reference rule: tau of the radii's argsort against the levels. The code's radii are a CPU torch tensor,
-    whose argsort keeps ties in level order (np.argsort need not: its SIMD sort may reorder ties)."""
+    whose argsort keeps ties in level order (np.argsort need not: its SIMD sort may reorder ties). A row of
+    (value, priority) pairs is sorted by value, then priority (a tie-breaker)."""
+    if isinstance(row[0], tuple):
+        return kendall_tau_b(sorted(range(len(row)), key=lambda i: row[i]), [1, 2, 3, 4])
     return kendall_tau_b(torch.as_tensor(np.asarray(row)).argsort(dim=-1).numpy(), [1, 2, 3, 4])
 
 
 # Pairs (1,2) (1,3) (1,4) (2,3) (2,4) (3,4); P / Q = concordant / discordant, T = tied in the radii.
-# official: argsort keeps a tie in level order, so a tied pair counts as concordant: (P + T - Q) / 6.
+# official with tie_rule="optimistic" (the code's): argsort keeps a tie in level order, so a tied pair counts as
+# concordant: (P + T - Q) / 6; "fair": in order on a coin toss, (P - Q) / 6; "pessimistic": (P - T - Q) / 6.
 # tau-b: a tied pair counts as neither: (P - Q) / sqrt((P + Q + T) * 6).
 TIE_CASES = [
-    # + + + = + +: P = 5, T = 1. official (5 + 1) / 6 = 1; tau-b 5 / sqrt(5 * 6) = 0.9129
-    ([0.1, 0.3, 0.3, 0.5], 1.0, 5 / math.sqrt(30)),
-    # = = + = + +: P = 3, T = 3. official (3 + 3) / 6 = 1; tau-b 3 / sqrt(3 * 6) = 0.7071
-    ([0.2, 0.2, 0.2, 0.4], 1.0, 1 / math.sqrt(2)),
-    # = - + - + +: P = 3, Q = 2, T = 1. official (3 + 1 - 2) / 6 = 1/3; tau-b 1 / sqrt(5 * 6) = 0.1826
-    ([0.3, 0.3, 0.1, 0.5], 1 / 3, 1 / math.sqrt(30)),
-    # all tied: T = 6. official argsort [0, 1, 2, 3] -> 1; tau-b undefined, counted as 0
-    ([0.4, 0.4, 0.4, 0.4], 1.0, 0.0),
+    # + + + = + +: P = 5, T = 1. official (5 + 1) / 6 = 1, fair 5/6, pessimistic 4/6; tau-b 5 / sqrt(5 * 6)
+    ([0.1, 0.3, 0.3, 0.5], 1.0, 5 / 6, 4 / 6, 5 / math.sqrt(30)),
+    # = = + = + +: P = 3, T = 3. official (3 + 3) / 6 = 1, fair 1/2, pessimistic 0; tau-b 3 / sqrt(3 * 6)
+    ([0.2, 0.2, 0.2, 0.4], 1.0, 1 / 2, 0.0, 1 / math.sqrt(2)),
+    # = - + - + +: P = 3, Q = 2, T = 1. official (3 + 1 - 2) / 6 = 1/3, fair 1/6, pessimistic 0; tau-b 1 / sqrt 30
+    ([0.3, 0.3, 0.1, 0.5], 1 / 3, 1 / 6, 0.0, 1 / math.sqrt(30)),
+    # all tied: T = 6. official argsort [0, 1, 2, 3] -> 1, fair 0, pessimistic -1; tau-b undefined, counted as 0
+    ([0.4, 0.4, 0.4, 0.4], 1.0, 0.0, -1.0, 0.0),
 ]
 
 
-@pytest.mark.parametrize("radii, official, tau_b", TIE_CASES)
-def test_tie_rules_by_hand(radii, official, tau_b):
+@pytest.mark.parametrize("radii, official, fair, pessimistic, tau_b", TIE_CASES)
+def test_tie_rules_by_hand(radii, official, fair, pessimistic, tau_b):
     assert official != pytest.approx(tau_b)
     assert official_tau(radii) == pytest.approx(official)
     values = torch.tensor([radii], dtype=torch.float64)
-    assert _tau_with_levels(values, "official").item() == pytest.approx(official)
-    assert _tau_with_levels(values, "tau_b").item() == pytest.approx(tau_b)
+    assert _tau_with_levels(values, "official", "optimistic").item() == pytest.approx(official)
+    assert _tau_with_levels(values, "official", "fair").item() == pytest.approx(fair)
+    assert _tau_with_levels(values, "official", "pessimistic").item() == pytest.approx(pessimistic)
+    for rule in ("fair", "optimistic", "pessimistic"):
+        assert _tau_with_levels(values, "tau_b", rule).item() == pytest.approx(tau_b)
 
 
 def test_official_rule_matches_scipy_on_argsort():
     kendalltau = pytest.importorskip("scipy.stats").kendalltau
     rows = torch.randint(0, 3, (200, 4), generator=torch.Generator().manual_seed(0)).double()  # ties everywhere
     expected = [kendalltau(row.argsort().numpy(), [1, 2, 3, 4]).statistic for row in rows]
-    assert _tau_with_levels(rows, "official").tolist() == pytest.approx(expected)
+    assert _tau_with_levels(rows, "official", "optimistic").tolist() == pytest.approx(expected)
     tau_b = np.nan_to_num([kendalltau(row.numpy(), [1, 2, 3, 4]).statistic for row in rows])
-    assert _tau_with_levels(rows, "tau_b").tolist() == pytest.approx(tau_b.tolist())
+    assert _tau_with_levels(rows, "tau_b", "fair").tolist() == pytest.approx(tau_b.tolist())
+    # fair: the code's tau averaged over every random tie-breaker (a priority order of the 4 values)
+    orders = list(itertools.permutations(range(4)))
+    fair = [np.mean([official_tau([(value, priority) for value, priority in zip(row.tolist(), order)])
+                     for order in orders]) for row in rows]
+    assert _tau_with_levels(rows, "official", "fair").tolist() == pytest.approx(fair)
 
 
 def direction(plane_axis: int, degrees: float) -> np.ndarray:
@@ -105,11 +118,27 @@ GEOMETRY_ROOT = np.array([1.0, 0.0, 0.0])
 
 def test_hand_built_geometry():
     result = hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, GEOMETRY_CHAINS, GEOMETRY_ROOT)
+    assert result.pop("tie_rule") == "fair"
     assert result == pytest.approx({
         "precision": (3 / 4 + 1) / 2, "recall": (3 / 4 + 1) / 2,
         "recall_level_1": 1.0, "recall_level_2": 1.0, "recall_level_3": 1.0, "recall_level_4": 0.5,
         "d_corr": 1.0, "d_corr_image": (1 / 3 + 1) / 2, "num_images": 2, "num_chains": 2,
     })
+
+
+@pytest.mark.parametrize("rule, credit", [("fair", 0.5), ("optimistic", 1.0), ("pessimistic", 0.0)])
+def test_texts_of_one_embedding_are_one_retrieved_text_credited_by_the_tie_rule(rule, credit):
+    # text 8: a text outside the chains with A3's embedding (say, a caption equal to A3 up to the token limit).
+    # Image A retrieves B1, A1, A2 and then A3 or text 8: a hit with probability 1/2 when the tie is broken at random.
+    texts = [*GEOMETRY_TEXTS, GEOMETRY_TEXTS[2]]
+    result = hierarcaps(GEOMETRY_IMAGES, texts, GEOMETRY_CHAINS, GEOMETRY_ROOT, tie_rule=rule)
+    assert result["precision"] == pytest.approx(((2 + credit) / 4 + 1) / 2)
+    assert result["recall_level_3"] == pytest.approx((credit + 1) / 2)
+    assert result["recall"] == pytest.approx(((2 + credit) / 4 + 1) / 2)
+    assert result["tie_rule"] == rule
+    # without the twin every rule gives the code's numbers
+    plain = hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, GEOMETRY_CHAINS, GEOMETRY_ROOT, tie_rule=rule)
+    assert plain["precision"] == pytest.approx(7 / 8) and plain["recall_level_3"] == 1.0
 
 
 def test_embeddings_are_normalised_inside():
@@ -137,12 +166,13 @@ def test_reversed_chain_gives_negative_d_corr():
     assert result["d_corr_image"] == pytest.approx(-2 / 3)
 
 
-@pytest.mark.parametrize("method, tau", [("official", 1.0), ("tau_b", 0.0)])
-def test_chain_of_one_repeated_text(method, tau):
+@pytest.mark.parametrize("method, rule, tau", [("official", "optimistic", 1.0), ("official", "fair", 0.0),
+                                              ("official", "pessimistic", -1.0), ("tau_b", "fair", 0.0)])
+def test_chain_of_one_repeated_text(method, rule, tau):
     # all four levels the same text: radii and distances tie everywhere; the official argsort is [0, 1, 2, 3] -> 1,
-    # tau-b is undefined and counts as 0. Chain B is in order: 1.
+    # fair 0, pessimistic -1; tau-b is undefined and counts as 0. Chain B is in order: 1.
     chains = [[2, 2, 2, 2], [4, 5, 6, 7]]
-    result = hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, chains, GEOMETRY_ROOT, d_corr_method=method)
+    result = hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, chains, GEOMETRY_ROOT, d_corr_method=method, tie_rule=rule)
     assert result["d_corr"] == (tau + 1) / 2 and result["d_corr_image"] == (tau + 1) / 2
     assert result["recall_level_4"] == 1.0  # image A retrieves text 2, its only ground truth at every level
 
@@ -156,25 +186,29 @@ def test_chain_of_one_repeated_text(method, tau):
 #   [1, 1, 0, 3] on A: -7, -7, -17, -13: P = 1, Q = 4, T = 1 -> ((1 + 1 - 4)/6 = -1/3, -3/sqrt 30);
 #   [4, 4, 4, 7] on B: -52, -52, -52, -3: P = 3, T = 3 -> (1, 1/sqrt 2); [2, 2, 2, 2] on A: (1, 0).
 TIE_CHAINS, TIE_OWNERS = [[0, 1, 1, 3], [1, 1, 0, 3], [4, 4, 4, 7], [2, 2, 2, 2]], [0, 0, 1, 0]
+# fair (a tied pair counts 0): d_corr 5/6, 1/6, 1/2, 0; d_corr_image 1/6, (1 - 4)/6 = -1/2, 1/2, 0.
 TIE_EXPECTED = {
     "official": {"d_corr": (1 + 1 / 3 + 1 + 1) / 4, "d_corr_image": (1 / 3 - 1 / 3 + 1 + 1) / 4},
+    "fair": {"d_corr": (5 / 6 + 1 / 6 + 1 / 2 + 0) / 4, "d_corr_image": (1 / 6 - 1 / 2 + 1 / 2 + 0) / 4},
     "tau_b": {"d_corr": (6 / math.sqrt(30) + 1 / math.sqrt(2)) / 4,
               "d_corr_image": (-2 / math.sqrt(30) + 1 / math.sqrt(2)) / 4},
 }
+TIE_ARGUMENTS = {"official": {"d_corr_method": "official", "tie_rule": "optimistic"},
+                 "fair": {"d_corr_method": "official", "tie_rule": "fair"}, "tau_b": {"d_corr_method": "tau_b"}}
 
 
-@pytest.mark.parametrize("method", ["official", "tau_b"])
+@pytest.mark.parametrize("method", ["official", "fair", "tau_b"])
 def test_d_corr_methods_on_tied_chains(method):
     result = hierarcaps(GEOMETRY_IMAGES, GEOMETRY_TEXTS, TIE_CHAINS, GEOMETRY_ROOT, chain_to_image=TIE_OWNERS,
-                        d_corr_method=method)
+                        **TIE_ARGUMENTS[method])
     assert {k: result[k] for k in ("d_corr", "d_corr_image")} == pytest.approx(TIE_EXPECTED[method])
 
 
-def test_d_corr_method_defaults_to_official():
+def test_d_corr_defaults_to_the_official_formula_with_fair_ties():
     args = (GEOMETRY_IMAGES, GEOMETRY_TEXTS, TIE_CHAINS, GEOMETRY_ROOT)
     result = hierarcaps(*args, chain_to_image=TIE_OWNERS)
-    assert result == hierarcaps(*args, chain_to_image=TIE_OWNERS, d_corr_method="official")
-    assert result["d_corr"] == pytest.approx(5 / 6) and result["d_corr_image"] == pytest.approx(1 / 2)
+    assert result == hierarcaps(*args, chain_to_image=TIE_OWNERS, d_corr_method="official", tie_rule="fair")
+    assert result["d_corr"] == pytest.approx(3 / 8) and result["d_corr_image"] == pytest.approx(1 / 24)
 
 
 def test_hierarcaps_module_d_corr_method(isolated_modules_cache):
@@ -184,10 +218,10 @@ def test_hierarcaps_module_d_corr_method(isolated_modules_cache):
                   image_embeds=np.array(GEOMETRY_IMAGES), root_embed=GEOMETRY_ROOT)
     metric = metrics.load("hierarcaps", keep_in_memory=True)
     results = {None: metric.compute(**kwargs)}
-    for method in ("official", "tau_b"):
-        results[method] = metric.compute(**kwargs, d_corr_method=method)
+    for method in ("official", "fair", "tau_b"):
+        results[method] = metric.compute(**kwargs, **TIE_ARGUMENTS[method])
         assert {k: results[method][k] for k in TIE_EXPECTED[method]} == pytest.approx(TIE_EXPECTED[method])
-    assert results[None] == results["official"]
+    assert results[None] == results["fair"]
 
 
 def reference_hierarcaps(image_embeds, chain_embeds, chain_texts, chain_to_image, root, steps):
@@ -242,7 +276,9 @@ def test_matches_reference_loop_with_shared_texts_and_several_chains(steps):
     texts, text_embeds, chains = text_pool(chain_texts, chain_embeds)
     assert len(texts) < 4 * len(chain_texts)  # strings are shared between chains
     assert [[texts[i] for i in chain] for chain in chains.tolist()] == chain_texts
-    result = hierarcaps(images, text_embeds, chains, root, chain_to_image=chain_to_image, num_thresholds=steps)
+    # the reference counts a tied pair of d_corr as in order: the optimistic rule (the default fair one differs)
+    result = hierarcaps(images, text_embeds, chains, root, chain_to_image=chain_to_image, num_thresholds=steps,
+                        tie_rule="optimistic")
     expected = reference_hierarcaps(images, chain_embeds, chain_texts, chain_to_image, root, steps)
     assert {k: result[k] for k in expected} == pytest.approx(expected)
     assert 0 < result["precision"] < 1 and 0 < result["recall"] < 1 and 0 < result["d_corr"] <= 1
@@ -255,7 +291,7 @@ def test_matches_reference_loop_with_shared_texts_and_several_chains(steps):
 
     # tau-b: the radii and distances themselves, ties counted as neither; differs here because of the ties
     tau_b = hierarcaps(images, text_embeds, chains, root, chain_to_image=chain_to_image, num_thresholds=steps,
-                       d_corr_method="tau_b")
+                       d_corr_method="tau_b", tie_rule="optimistic")
     radii = np.linalg.norm(unit(chain_embeds) - unit(root), axis=-1)
     assert tau_b["d_corr"] == pytest.approx(np.mean([kendall_tau_b(row, [1, 2, 3, 4]) for row in radii]))
     assert tau_b["d_corr_image"] == pytest.approx(np.mean([kendall_tau_b(-row, [1, 2, 3, 4]) for row in distances]))

@@ -1,6 +1,7 @@
 """HiMo@K (HiMo-CLIP Sec. 4.2): the metric, caption prefixes, the `evaluate` script and its offline install."""
 
 import hashlib
+import itertools
 import json
 import os
 import subprocess
@@ -47,12 +48,29 @@ def test_paper_pearson_figures(scores, reported):
     ],
 )
 def test_paper_accuracy_examples(scores, expected):
-    assert himo_at_k([scores]) == {"himo_at_k": expected, "method": "accuracy", "num_samples": 1, "num_constant": 0}
+    assert himo_at_k([scores]) == {"himo_at_k": expected, "method": "accuracy", "num_samples": 1, "num_constant": 0,
+                                   "tie_rule": "fair"}
 
 
 def test_accuracy_is_percent_of_strictly_increasing_lists():
     scores = [[0.1, 0.2, 0.3], [0.1, 0.1, 0.3], [0.3, 0.2, 0.1], [0.3, 0.2]]
-    assert himo_at_k(scores)["himo_at_k"] == pytest.approx(25.0)  # ties are not increases
+    # the tied pair 0.1, 0.1 comes out increasing in one of its 2 orders
+    assert himo_at_k(scores)["himo_at_k"] == pytest.approx(37.5)
+    assert himo_at_k(scores, tie_rule="optimistic")["himo_at_k"] == pytest.approx(50.0)
+    assert himo_at_k(scores, tie_rule="pessimistic")["himo_at_k"] == pytest.approx(25.0)  # Eq. 6 read literally
+
+
+def test_accuracy_ties_get_the_chance_of_an_increasing_order():
+    # three equal scores: 1 of 3! orders; two runs of two: 1/2 x 1/2; a drop after a tie: never increasing
+    cases = [([0.2, 0.2, 0.2], 100 / 6), ([0.1, 0.1, 0.3, 0.3], 25.0), ([0.2, 0.2, 0.1], 0.0), ([0.1, 0.2, 0.2], 50.0)]
+    for scores, expected in cases:
+        assert himo_at_k([scores], method="accuracy")["himo_at_k"] == pytest.approx(expected)
+    # the same by enumerating every random tie-breaker: a permutation of priorities, compared after the score
+    for scores, expected in cases:
+        orders = list(itertools.permutations(range(len(scores))))
+        increasing = sum(all((scores[i], order[i]) < (scores[i + 1], order[i + 1]) for i in range(len(scores) - 1))
+                         for order in orders)
+        assert 100 * increasing / len(orders) == pytest.approx(expected)
 
 
 def test_pearson_averages_ragged_lists():
@@ -60,7 +78,8 @@ def test_pearson_averages_ragged_lists():
     # third list: deviations of k are -2.5..2.5 (sum of squares 17.5) and of s the same as k but with 2 and 3 swapped
     expected = (1.0 - 1.0 + 16.5 / 17.5) / 3
     result = himo_at_k(scores)
-    assert result == {"himo_at_k": pytest.approx(expected), "method": "pearson", "num_samples": 3, "num_constant": 0}
+    assert result == {"himo_at_k": pytest.approx(expected), "method": "pearson", "num_samples": 3, "num_constant": 0,
+                      "tie_rule": "fair"}
 
 
 def test_mixed_lengths_need_a_method():
@@ -69,13 +88,16 @@ def test_mixed_lengths_need_a_method():
         himo_at_k(scores)
     assert himo_at_k(scores, method="pearson")["himo_at_k"] == pytest.approx(0.0)  # (1 + -1) / 2
     assert himo_at_k(scores, method="accuracy") == {
-        "himo_at_k": 50.0, "method": "accuracy", "num_samples": 2, "num_constant": 0
+        "himo_at_k": 50.0, "method": "accuracy", "num_samples": 2, "num_constant": 0, "tie_rule": "fair"
     }
 
 
 def test_constant_lists_count_as_zero_and_are_reported():
     result = himo_at_k([[0.2] * 5, [0.1, 0.2, 0.3, 0.4, 0.5], [0.3] * 4])
-    assert result == {"himo_at_k": pytest.approx(1 / 3), "method": "pearson", "num_samples": 3, "num_constant": 2}
+    assert result == {"himo_at_k": pytest.approx(1 / 3), "method": "pearson", "num_samples": 3, "num_constant": 2,
+                      "tie_rule": "fair"}
+    for rule in ("optimistic", "pessimistic"):  # Pearson reads values, not an order: no rule changes it
+        assert himo_at_k([[0.2] * 5, [0.1, 0.2, 0.3, 0.4, 0.5]], tie_rule=rule)["himo_at_k"] == pytest.approx(0.5)
     assert himo_at_k([[0.2, 0.2], [0.1, 0.2]])["num_constant"] == 1
 
 
@@ -192,4 +214,5 @@ def test_bare_name_load_offline_in_fresh_interpreter(tmp_path):
     metric_dir = tmp_path / "modules" / "evaluate_modules" / "metrics" / "evaluate-metric--himo_at_k"
     assert str(metric_dir / digest / "himo_at_k.py") in out["installed"]
     assert out["module"] == f"evaluate_modules.metrics.evaluate-metric--himo_at_k.{digest}.himo_at_k"
-    assert out["result"] == {"himo_at_k": 75.0, "method": "accuracy", "num_samples": 4, "num_constant": 0}
+    assert out["result"] == {"himo_at_k": 75.0, "method": "accuracy", "num_samples": 4, "num_constant": 0,
+                             "tie_rule": "fair"}

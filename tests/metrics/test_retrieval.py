@@ -1,5 +1,6 @@
 """long_text_retrieval: several captions per image, chunked; checked by hand, against recall_at_k and against a
-full-matrix reference written like the usual VSE++ evaluation loop."""
+full-matrix reference written like the usual VSE++ evaluation loop (random embeddings: no ties, so every tie rule
+agrees with it); the tie rules on constructed ties are in test_ties.py."""
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ HAND_SCORES = np.array(
     [
         [0.9, 0.1, 0.5, 0.3, 0.2],  # image 0: best caption 0.9 is first -> rank 0
         [0.6, 0.2, 0.4, 0.7, 0.1],  # image 1: its caption 0.4 has 0.6 and 0.7 above it -> rank 2
-        [0.3, 0.8, 0.1, 0.2, 0.8],  # image 2: best caption 0.8 ties with text 1 -> rank 0 (ties in its favour)
+        [0.3, 0.8, 0.1, 0.2, 0.8],  # image 2: best caption 0.8 ties with text 1 -> R@1 1/2 (fair), R@2 1
     ]
 )
 HAND_OWNER = [0, 0, 1, 2, 2]
@@ -43,38 +44,42 @@ def reference(images: np.ndarray, texts: np.ndarray, owner: np.ndarray, ks) -> d
     out = {}
     for name, ranks in (("i2t", np.array(i2t)), ("t2i", np.array(t2i))):
         for k in ks:
-            out[f"{name}_r{k}"] = 100.0 * np.mean(ranks < k)
+            out[f"r{k}_{name}"] = 100.0 * np.mean(ranks < k)
     return out
 
 
 def test_hand_computed_ranks_and_ties():
     images, texts = embeds_for_scores(HAND_SCORES)
     result = long_text_retrieval(images, texts, HAND_OWNER, ks=(1, 2, 3))
-    # image ranks 0, 2, 0; text ranks (column by column) 0, 2, 1, 2, 0
+    # image ranks 0, 2, 0 (image 2 tied with one negative: 1/2 at R@1); text ranks (column by column) 0, 2, 1, 2, 0
     assert result == {
-        "i2t_r1": pytest.approx(200 / 3), "i2t_r2": pytest.approx(200 / 3), "i2t_r3": 100.0,
-        "t2i_r1": 40.0, "t2i_r2": 60.0, "t2i_r3": 100.0,
-        "rsum": pytest.approx(200 / 3 * 2 + 100 + 40 + 60 + 100),
-        "num_images": 3, "num_texts": 5, "i2t_ties": 1, "t2i_ties": 0,  # image 2's tie; no column has one
+        "r1_i2t": pytest.approx(150 / 3), "r2_i2t": pytest.approx(200 / 3), "r3_i2t": 100.0,
+        "r1_t2i": 40.0, "r2_t2i": 60.0, "r3_t2i": 100.0,
+        "rsum": pytest.approx(150 / 3 + 200 / 3 + 100 + 40 + 60 + 100),
+        "num_images": 3, "num_texts": 5, "ties_i2t": 1, "ties_t2i": 0,  # image 2's tie; no column has one
+        "tie_rule": "fair",
     }
-    assert list(result)[:6] == ["i2t_r1", "i2t_r2", "i2t_r3", "t2i_r1", "t2i_r2", "t2i_r3"]
+    optimistic = long_text_retrieval(images, texts, HAND_OWNER, ks=(1,), tie_rule="optimistic")
+    pessimistic = long_text_retrieval(images, texts, HAND_OWNER, ks=(1,), tie_rule="pessimistic")
+    assert (optimistic["r1_i2t"], pessimistic["r1_i2t"]) == (pytest.approx(200 / 3), pytest.approx(100 / 3))
+    assert list(result)[:6] == ["r1_i2t", "r2_i2t", "r3_i2t", "r1_t2i", "r2_t2i", "r3_t2i"]
 
 
 def test_default_keys_and_rsum():
     images, texts = embeds_for_scores(HAND_SCORES)
     result = long_text_retrieval(images, texts, HAND_OWNER)
-    assert list(result) == ["i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum",
-                            "num_images", "num_texts", "i2t_ties", "t2i_ties"]
-    # K beyond the candidates counts every query as a hit, as recall_at_k clamps k
-    assert result["rsum"] == pytest.approx(200 / 3 + 100 + 100 + 40 + 100 + 100)
+    assert list(result) == ["r1_i2t", "r5_i2t", "r10_i2t", "r1_t2i", "r5_t2i", "r10_t2i", "rsum",
+                            "num_images", "num_texts", "ties_i2t", "ties_t2i", "tie_rule"]
+    # K beyond the candidates counts every query as a hit, as recall_at_k does
+    assert result["rsum"] == pytest.approx(150 / 3 + 100 + 100 + 40 + 100 + 100)
 
 
 def test_any_caption_counts_for_image_to_text():
     # image 1's first caption is ranked last, its second first: a hit at 1
     scores = np.array([[0.9, 0.8, 0.1], [0.5, 0.1, 0.6]])
     images, texts = embeds_for_scores(scores)
-    assert long_text_retrieval(images, texts, [0, 1, 1], ks=(1,))["i2t_r1"] == 100.0
-    assert long_text_retrieval(images, texts, [0, 1, 1], ks=(1,))["t2i_r1"] == pytest.approx(200 / 3)
+    assert long_text_retrieval(images, texts, [0, 1, 1], ks=(1,))["r1_i2t"] == 100.0
+    assert long_text_retrieval(images, texts, [0, 1, 1], ks=(1,))["r1_t2i"] == pytest.approx(200 / 3)
 
 
 @pytest.mark.parametrize("chunk_size", [None, 1, 7, 1000])
@@ -84,8 +89,8 @@ def test_one_caption_per_image_equals_recall_at_k(chunk_size):
     similarity = images @ texts.T
     result = long_text_retrieval(images, texts, list(range(60)), ks=(1, 5, 10), chunk_size=chunk_size)
     for k in (1, 5, 10):
-        assert result[f"i2t_r{k}"] == recall_at_k(similarity, k)
-        assert result[f"t2i_r{k}"] == recall_at_k(similarity.T, k)
+        assert result[f"r{k}_i2t"] == recall_at_k(similarity, k)
+        assert result[f"r{k}_t2i"] == recall_at_k(similarity.T, k)
 
 
 @pytest.mark.parametrize("chunk_size", [None, 1, 3, 64, 10_000])
@@ -99,7 +104,7 @@ def test_matches_full_matrix_reference_with_five_captions(chunk_size):
     expected = reference(images, texts, owner, (1, 5, 10))
     result = long_text_retrieval(images, texts, owner, chunk_size=chunk_size)
     assert {k: result[k] for k in expected} == pytest.approx(expected)
-    assert 0 < result["i2t_r1"] < result["i2t_r10"] < 100 and 0 < result["t2i_r1"] < result["t2i_r10"] < 100
+    assert 0 < result["r1_i2t"] < result["r10_i2t"] < 100 and 0 < result["r1_t2i"] < result["r10_t2i"] < 100
     assert result["num_images"] == num_images and result["num_texts"] == 200
 
 
@@ -156,7 +161,7 @@ def test_long_rows_count_without_float_sums(monkeypatch):
     monkeypatch.setattr(retrieval_module, "EXACT_FLOAT_COUNT", 10)  # rows of 20 and 40 candidates take the other way
     result = long_text_retrieval(images, texts, owner)
     assert {k: result[k] for k in expected} == pytest.approx(expected)
-    assert 0 < result["i2t_r1"] < 100 and 0 < result["t2i_r1"] < 100
+    assert 0 < result["r1_i2t"] < 100 and 0 < result["r1_t2i"] < 100
 
 
 def test_image_without_caption_is_an_error():

@@ -77,7 +77,7 @@ HAND_SCORES = np.array(
     [
         [0.9, 0.1, 0.2, 0.0],  # label 0: rank 0
         [0.5, 0.4, 0.6, 0.1],  # label 1: rank 2
-        [0.3, 0.3, 0.1, 0.2],  # label 1: ties with class 0 -> rank 0
+        [0.3, 0.3, 0.1, 0.2],  # label 1: ties with class 0 -> top-1 1/2 (fair), 1 (optimistic), 0 (pessimistic)
         [0.8, 0.7, 0.6, 0.5],  # label 3: rank 3
     ]
 )
@@ -85,7 +85,9 @@ HAND_SCORES = np.array(
 
 def test_hand_computed_top_k():
     result = zero_shot_classification(HAND_SCORES, np.eye(4), [0, 1, 1, 3], ks=(1, 2, 3, 4))
-    assert result == {"top1": 50.0, "top2": 50.0, "top3": 75.0, "top4": 100.0, "num_samples": 4}
+    assert result == {"top1": 37.5, "top2": 50.0, "top3": 75.0, "top4": 100.0, "num_samples": 4, "tie_rule": "fair"}
+    for rule, top1 in (("optimistic", 50.0), ("pessimistic", 25.0)):
+        assert zero_shot_classification(HAND_SCORES, np.eye(4), [0, 1, 1, 3], ks=(1,), tie_rule=rule)["top1"] == top1
 
 
 def test_k_larger_than_classes_is_an_error():
@@ -107,7 +109,7 @@ def test_matches_clip_notebook_accuracy(chunk_size):
     correct = pred.eq(torch.from_numpy(labels).view(1, -1).expand_as(pred))
     expected = {f"top{k}": correct[:k].reshape(-1).float().sum().item() / 300 * 100 for k in (1, 5)}
     result = zero_shot_classification(images, classes, labels, chunk_size=chunk_size)
-    assert result == {**{k: pytest.approx(v) for k, v in expected.items()}, "num_samples": 300}
+    assert result == {**{k: pytest.approx(v) for k, v in expected.items()}, "num_samples": 300, "tie_rule": "fair"}
     assert 0 < result["top1"] < result["top5"] < 100
 
 

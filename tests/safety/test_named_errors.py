@@ -72,4 +72,4 @@ def test_a_metric_still_computes_from_added_batches(isolated_modules_cache):
     metric = load("long_text_retrieval")
     metric.add_batch(text_embeds=[[1.0, 0.0], [0.0, 1.0]], text_to_image=[0, 1])
     result = metric.compute(image_embeds=[[1.0, 0.0], [0.0, 1.0]], ks=(1,))
-    assert (result["i2t_r1"], result["t2i_r1"]) == (100.0, 100.0)
+    assert (result["r1_i2t"], result["r1_t2i"]) == (100.0, 100.0)

@@ -11,7 +11,7 @@ model: `hf_longclip.models.<arch>.evaluation`.
 
 from .encoding import cached_text_encoder, encode_images, encode_texts, text_max_length
 from .loading import load_model
-from .report import run_evaluation
+from .report import load_report, run_evaluation
 from .tasks import (
     TASKS,
     EvalTask,
@@ -49,6 +49,7 @@ __all__ = [
     "hierarcaps_task",
     "himo_task",
     "load_model",
+    "load_report",
     "prefix_column",
     "prefix_scores",
     "retrieval_task",

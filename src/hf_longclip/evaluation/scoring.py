@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..metrics.retrieval import long_text_retrieval
+from ..metrics.ties import DEFAULT_TIE_RULE
 from .encoding import ImageColumn, encode_texts, image_inputs
 
 SCORING_MODES = ("global", "conditioned", "conditioned-topk")
@@ -128,11 +129,11 @@ def score_matrix_retrieval(scores: torch.Tensor, text_to_image, **options) -> di
 
 def conditioned_retrieval_task(model, processor, dataset, scoring: str = "conditioned", topk: int = DEFAULT_TOPK,
                                batch_size: int = 64, progress: bool = False,
-                               pairs_per_chunk: int = PAIRS_PER_CHUNK) -> dict:
+                               pairs_per_chunk: int = PAIRS_PER_CHUNK, tie_rule: str = DEFAULT_TIE_RULE) -> dict:
     """`retrieval_task`'s Recall@1/5/10 both ways over `captions` (several per image) or the single `caption`, the
     pairs scored `scoring` ("conditioned" or "conditioned-topk" with `topk`), plus ``scoring`` (and ``topk``) and,
-    for a model whose own inference is the whole level (F-CAST), ``scoring_note``. No fold means and no CxC: the
-    whole set only, as FLAIR reports it."""
+    for a model whose own inference is the whole level (F-CAST), ``scoring_note``; ties credited by `tie_rule`. No
+    fold means and no CxC: the whole set only, as FLAIR reports it."""
     check_scoring(model, scoring, topk)
     if "captions" in dataset.column_names:
         groups = dataset["captions"]
@@ -144,7 +145,7 @@ def conditioned_retrieval_task(model, processor, dataset, scoring: str = "condit
     scores = conditioned_score_matrix(model, processor, ImageColumn(dataset), queries,
                                       topk if scoring == "conditioned-topk" else None, batch_size, pairs_per_chunk,
                                       progress)
-    result = score_matrix_retrieval(scores, owners)
+    result = score_matrix_retrieval(scores, owners, tie_rule=tie_rule)
     result["scoring"] = scoring
     if scoring == "conditioned-topk":
         result["topk"] = min(topk, len(texts))

@@ -36,6 +36,7 @@ from ..metrics.retrieval import (
     long_text_retrieval,
 )
 from ..metrics.ssi import ssi
+from ..metrics.ties import DEFAULT_TIE_RULE, check_tie_rule
 from ..metrics.zero_shot import (
     class_embeddings,
     format_prompts,
@@ -69,7 +70,7 @@ def _prefixes(dataset) -> list[list[str]]:
     return [[" ".join(sentences[:end]) for end in range(1, len(sentences) + 1)] for sentences in dataset["sentences"]]
 
 
-def retrieval_task(dataset, encode, image_embeds, folds: int | None = None) -> dict:
+def retrieval_task(dataset, encode, image_embeds, folds: int | None = None, tie_rule: str = DEFAULT_TIE_RULE) -> dict:
     """Recall@1/5/10 both ways and RSUM over `captions` (several per image, an image hit if any is ranked) or the
     single `caption`, over all the rows (for the COCO Karpathy test split: the "5K" numbers).
 
@@ -77,7 +78,7 @@ def retrieval_task(dataset, encode, image_embeds, folds: int | None = None) -> d
     (``"1k"``): ``folds=None`` (default) adds the COCO 1K protocol (5 folds of 1000 consecutive images) when the rows
     have `captions` and there are exactly 5000 of them (the COCO 5K test split); ``folds=N`` asks for N folds; 0 or 1
     adds none. Rows carrying the Crisscrossed Captions columns (`hf_longclip.data.benchmarks.load_coco_cxc`) add
-    ``"cxc"``: `cxc_task` on the same embeddings."""
+    ``"cxc"``: `cxc_task` on the same embeddings. Ties are credited by ``tie_rule`` (`hf_longclip.metrics.ties`)."""
     if "captions" in dataset.column_names:
         groups = dataset["captions"]
         texts = [text for group in groups for text in group]
@@ -85,15 +86,15 @@ def retrieval_task(dataset, encode, image_embeds, folds: int | None = None) -> d
     else:
         texts, owners = dataset["caption"], list(range(len(dataset)))
     text_embeds = encode(texts)
-    result = long_text_retrieval(image_embeds, text_embeds, owners)
+    result = long_text_retrieval(image_embeds, text_embeds, owners, tie_rule=tie_rule)
     if folds is None:
         folds = COCO_1K_FOLDS if "captions" in dataset.column_names and len(dataset) == COCO_5K_IMAGES else 0
     if folds > 1:
         per_fold = len(dataset) // folds
         key = f"{per_fold // 1000}k" if per_fold % 1000 == 0 else str(per_fold)
-        result[key] = fold_retrieval(image_embeds, text_embeds, owners, folds)
+        result[key] = fold_retrieval(image_embeds, text_embeds, owners, folds, tie_rule=tie_rule)
     if set(CXC_COLUMNS) <= set(dataset.column_names) and "captions" in dataset.column_names:
-        result["cxc"] = cxc_task(dataset, image_embeds, text_embeds)
+        result["cxc"] = cxc_task(dataset, image_embeds, text_embeds, tie_rule)
     return result
 
 
@@ -131,20 +132,21 @@ def cxc_positive_sets(dataset) -> tuple[dict[str, list[list[int]]], int]:
     return {"i2t": i2t, "t2i": t2i, "t2t": t2t, "i2i": i2i}, missing
 
 
-def cxc_task(dataset, image_embeds, text_embeds) -> dict:
+def cxc_task(dataset, image_embeds, text_embeds, tie_rule: str = DEFAULT_TIE_RULE) -> dict:
     """Crisscrossed Captions Recall@1/5 for I->T, T->I, T->T and I->I (`cxc_retrieval`) over the rows' images and
     their flattened `captions` (COCO Karpathy test: 5000 images, 25k captions); queries without a positive are
-    skipped (``<direction>_num_queries`` counts those scored); ``num_missing_positives``: ids naming no loaded row."""
+    skipped (``num_queries_<direction>`` counts those scored); ``num_missing_positives``: ids naming no loaded row."""
     positives, missing = cxc_positive_sets(dataset)
     result = cxc_retrieval(image_embeds, text_embeds, positives["i2t"], positives["t2i"], positives["t2t"],
-                           positives["i2i"])
+                           positives["i2i"], tie_rule=tie_rule)
     result["num_missing_positives"] = missing
     return result
 
 
-def himo_task(dataset, encode, image_embeds) -> dict:
-    """HiMo@2 and HiMo@3 (Eq. 6, K segments of the prefixes) and HiMo@K (Eq. 5, Pearson over every prefix) on the
-    rows long enough for each; plus the mean similarity at each prefix index (HiMo-CLIP Fig. 3)."""
+def himo_task(dataset, encode, image_embeds, tie_rule: str = DEFAULT_TIE_RULE) -> dict:
+    """HiMo@2 and HiMo@3 (Eq. 6, K segments of the prefixes, equal scores credited by ``tie_rule``) and HiMo@K
+    (Eq. 5, Pearson over every prefix) on the rows long enough for each; plus the mean similarity at each prefix
+    index (HiMo-CLIP Fig. 3)."""
     prefixes = _prefixes(dataset)
     scores = prefix_scores(image_embeds, prefixes, encode)
     results = {}
@@ -152,13 +154,13 @@ def himo_task(dataset, encode, image_embeds) -> dict:
         rows = [row for row in scores if len(row) >= k]
         if rows:
             segmented = [[row[end - 1] for end in segment_ends(len(row), k)] for row in rows]
-            results[f"himo@{k}"] = himo_at_k(segmented, method="accuracy")["himo_at_k"]
+            results[f"himo@{k}"] = himo_at_k(segmented, method="accuracy", tie_rule=tie_rule)["himo_at_k"]
     long_rows = [row for row in scores if len(row) >= 4]
     if long_rows:
         pearson = himo_at_k(long_rows, method="pearson")
         results.update({"himo@k": pearson["himo_at_k"], "himo@k_num_samples": pearson["num_samples"]})
     longest = max(len(row) for row in scores)
-    results.update(num_images=len(scores), num_prefixes=sum(map(len, scores)))
+    results.update(num_images=len(scores), num_prefixes=sum(map(len, scores)), tie_rule=tie_rule)
     results["mean_similarity_by_prefix"] = [
         sum(row[k] for row in scores if len(row) > k) / sum(len(row) > k for row in scores) for k in range(longest)
     ]
@@ -182,29 +184,31 @@ def ssi_task(dataset, encode, image_embeds, position: str = "end") -> dict:
             "num_excluded_nonpositive": len(original) - len(kept), "position": position}
 
 
-def hierarcaps_task(dataset, encode, image_embeds) -> dict:
+def hierarcaps_task(dataset, encode, image_embeds, tie_rule: str = DEFAULT_TIE_RULE) -> dict:
     """HierarCaps hierarchical retrieval over the pool of every level text, root = the empty text."""
     chains = [list(levels) for levels in dataset["levels"]]
     texts, pool_embeds, chain_index = text_pool(chains, encode([text for chain in chains for text in chain])
                                                 .reshape(len(chains), len(chains[0]), -1))
-    return hierarcaps(image_embeds, pool_embeds, chain_index, encode([""])[0])
+    return hierarcaps(image_embeds, pool_embeds, chain_index, encode([""])[0], tie_rule=tie_rule)
 
 
-def zero_shot_task(dataset, encode, image_embeds, classnames: Sequence[str], templates: Sequence[str]) -> dict:
+def zero_shot_task(dataset, encode, image_embeds, classnames: Sequence[str], templates: Sequence[str],
+                   tie_rule: str = DEFAULT_TIE_RULE) -> dict:
     """Top-1/top-5 accuracy of the `label` column against prompt-ensembled class embeddings."""
     prompts = format_prompts(classnames, templates)
     flat = encode([prompt for group in prompts for prompt in group]).reshape(len(classnames), len(templates), -1)
     ks = (1, 5) if len(classnames) >= 5 else (1,)
-    return zero_shot_classification(image_embeds, class_embeddings(flat), dataset["label"], ks=ks)
+    return zero_shot_classification(image_embeds, class_embeddings(flat), dataset["label"], ks=ks, tie_rule=tie_rule)
 
 
-def cola_task(model, processor, dataset, encode, batch_size: int, progress: bool) -> dict:
+def cola_task(model, processor, dataset, encode, batch_size: int, progress: bool,
+              tie_rule: str = DEFAULT_TIE_RULE) -> dict:
     """COLA multi-object accuracy on rows with two `images` and their two `captions`."""
     pairs = dataset["images"]
     images = encode_images(model, processor, [image for pair in pairs for image in pair], batch_size, progress)
     texts = encode([text for pair in dataset["captions"] for text in pair])
     scores = torch.einsum("nid,ncd->nic", images.reshape(len(pairs), 2, -1), texts.reshape(len(pairs), 2, -1))
-    return cola_multi(scores)
+    return cola_multi(scores, tie_rule=tie_rule)
 
 
 def hard_negative_pairs(dataset) -> list[dict]:
@@ -228,17 +232,18 @@ class TaskInputs:
     templates: Sequence[str] = ("a photo of a {}.",)
     scoring: str = "global"  # the retrieval task's scoring mode (`hf_longclip.evaluation.scoring.SCORING_MODES`)
     topk: int = DEFAULT_TOPK  # texts re-scored per image by scoring "conditioned-topk"
+    tie_rule: str = DEFAULT_TIE_RULE  # how every metric credits tied scores (`hf_longclip.metrics.ties`)
 
 
 def run_retrieval(inputs: TaskInputs) -> dict:
     if inputs.scoring != "global":
         return conditioned_retrieval_task(inputs.model, inputs.processor, inputs.dataset, inputs.scoring,
-                                          inputs.topk, inputs.batch_size, inputs.progress)
-    return retrieval_task(inputs.dataset, inputs.encode, inputs.image_embeds)
+                                          inputs.topk, inputs.batch_size, inputs.progress, tie_rule=inputs.tie_rule)
+    return retrieval_task(inputs.dataset, inputs.encode, inputs.image_embeds, tie_rule=inputs.tie_rule)
 
 
 def run_himo(inputs: TaskInputs) -> dict:
-    return himo_task(inputs.dataset, inputs.encode, inputs.image_embeds)
+    return himo_task(inputs.dataset, inputs.encode, inputs.image_embeds, inputs.tie_rule)
 
 
 def run_ssi(inputs: TaskInputs) -> dict:
@@ -246,18 +251,19 @@ def run_ssi(inputs: TaskInputs) -> dict:
 
 
 def run_hierarcaps(inputs: TaskInputs) -> dict:
-    return hierarcaps_task(inputs.dataset, inputs.encode, inputs.image_embeds)
+    return hierarcaps_task(inputs.dataset, inputs.encode, inputs.image_embeds, inputs.tie_rule)
 
 
 def run_zero_shot(inputs: TaskInputs) -> dict:
     names = inputs.classnames or inputs.dataset.features["label"].names
-    return zero_shot_task(inputs.dataset, inputs.encode, inputs.image_embeds, names, inputs.templates)
+    return zero_shot_task(inputs.dataset, inputs.encode, inputs.image_embeds, names, inputs.templates, inputs.tie_rule)
 
 
 def run_cola(inputs: TaskInputs) -> dict:
     dataset = inputs.dataset
     rows = dataset if "images" in dataset.column_names else _Rows(hard_negative_pairs(dataset))
-    return cola_task(inputs.model, inputs.processor, rows, inputs.encode, inputs.batch_size, inputs.progress)
+    return cola_task(inputs.model, inputs.processor, rows, inputs.encode, inputs.batch_size, inputs.progress,
+                     inputs.tie_rule)
 
 
 class _Rows:
@@ -341,14 +347,17 @@ def evaluate_dataset(
     templates: Sequence[str] = ("a photo of a {}.",),
     scoring: str = "global",
     topk: int = DEFAULT_TOPK,
+    tie_rule: str = DEFAULT_TIE_RULE,
 ) -> dict[str, dict]:
     """Run every task of `tasks` (default: all the rows support, see `available_tasks`) and return their metrics.
 
     Zero-shot classification takes its `classnames` from the `label` column's ClassLabel names unless given.
     `scoring` is the retrieval task's (`hf_longclip.evaluation.scoring`): "global" (every model), "conditioned" or
     "conditioned-topk" with `topk` (a model with text-conditioned pooling: FLAIR, F-CAST); the other tasks score
-    globally.
+    globally. Every metric credits tied scores by `tie_rule` (`hf_longclip.metrics.ties`: "fair", "optimistic" or
+    "pessimistic").
     """
+    check_tie_rule(tie_rule)  # before any encoding
     check_scoring(model, scoring, topk)
     supported = available_tasks(dataset)
     tasks = tuple(tasks) if tasks is not None else supported
@@ -369,6 +378,6 @@ def evaluate_dataset(
     if any(TASKS[task].uses_image_embeds for task in set(tasks) - conditioned):
         image_embeds = encode_images(model, processor, ImageColumn(dataset), batch_size, progress)
     inputs = TaskInputs(model, processor, dataset, encode, image_embeds, batch_size, progress, classnames, templates,
-                        scoring, topk)
+                        scoring, topk, tie_rule)
     return {task: TASKS[task].runner(inputs) for task in tqdm(tasks, desc="tasks", disable=not progress)}
 

@@ -4,11 +4,15 @@ Retrieval"), as ``ColaMultiObjAcc`` of ``scripts/eval.py`` in https://github.com
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+from .ties import DEFAULT_TIE_RULE, pairwise_credit
 
 DIRECTIONS = ("text_to_image", "image_to_text", "group")
 
 
-def cola_multi(scores, direction: str = "text_to_image") -> dict[str, float | int]:
+def cola_multi(scores, direction: str = "text_to_image",
+               tie_rule: str = DEFAULT_TIE_RULE) -> dict[str, float | int | str]:
     """Percent of image pairs matched correctly; ``scores[n][i][c]`` is the score of image i with caption c of pair n,
     shape (N, 2, 2); caption c describes image c and the two captions swap the objects' attributes.
 
@@ -18,7 +22,11 @@ def cola_multi(scores, direction: str = "text_to_image") -> dict[str, float | in
     - ``"image_to_text"``: each image scores higher with its own caption, ``s[0,0] > s[0,1] and s[1,1] > s[1,0]``.
     - ``"group"``: both of the above.
 
-    Comparisons are strict: a tie is wrong. Returns ``{"accuracy": percent, "num_samples": N}``.
+    Each comparison is a query with a gallery of two, breaking its own ties: a pair scores the product of its
+    comparisons' credits (`hf_longclip.metrics.ties.pairwise_credit`), i.e. under ``tie_rule="fair"`` (default)
+    the chance that every comparison comes out right when ties are broken at random (1/2 per tie);
+    ``"pessimistic"`` (a tie is wrong, strict ``>``) is ``ColaMultiObjAcc`` exactly, ``"optimistic"`` counts ties as
+    right. Returns ``{"accuracy": percent, "num_samples": N, "tie_rule": tie_rule}``.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"unknown direction {direction!r}; expected one of {DIRECTIONS}")
@@ -32,8 +40,13 @@ def cola_multi(scores, direction: str = "text_to_image") -> dict[str, float | in
         raise ValueError("scores is empty: need at least one image pair")
     if not np.all(np.isfinite(s)):
         raise ValueError("scores contains NaN or inf")
-    text_to_image = (s[:, 0, 0] > s[:, 1, 0]) & (s[:, 1, 1] > s[:, 0, 1])
-    image_to_text = (s[:, 0, 0] > s[:, 0, 1]) & (s[:, 1, 1] > s[:, 1, 0])
+    s = torch.from_numpy(s)
+
+    def wins(own: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        return pairwise_credit(own - other, tie_rule)
+
+    text_to_image = wins(s[:, 0, 0], s[:, 1, 0]) * wins(s[:, 1, 1], s[:, 0, 1])
+    image_to_text = wins(s[:, 0, 0], s[:, 0, 1]) * wins(s[:, 1, 1], s[:, 1, 0])
     correct = {"text_to_image": text_to_image, "image_to_text": image_to_text,
-               "group": text_to_image & image_to_text}[direction]
-    return {"accuracy": float(correct.mean() * 100), "num_samples": int(s.shape[0])}
+               "group": text_to_image * image_to_text}[direction]
+    return {"accuracy": correct.mean().item() * 100, "num_samples": int(s.shape[0]), "tie_rule": tie_rule}

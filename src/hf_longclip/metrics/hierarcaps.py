@@ -9,16 +9,23 @@ Follows the authors' evaluation code, https://github.com/TAU-VAILab/hierarcaps, 
   over the radii of all the texts searched;
 - at each threshold, each image retrieves the text of highest cosine similarity among the texts of radius
   <= threshold (first in pool order on a tie, as ``argmax``); consecutive repeats are dropped, giving a predicted
-  chain from generic (near the root) to specific;
+  chain from generic (near the root) to specific. Distinct texts with the same embedding (e.g. captions that differ
+  only past a text encoder's token limit) always tie; the code's ``argmax`` then takes the first in pool order.
+  Here such a group counts as one retrieved text, any of its members, credited by ``tie_rule``
+  (`hf_longclip.metrics.ties`): ``"fair"`` (default) the expectation when the member is drawn at random, i.e. a
+  share |group ∩ truth| / |group| of a hit; ``"optimistic"`` a hit if any member is true; ``"pessimistic"`` only if
+  all are. Without such groups every rule gives the code's numbers;
 - precision = |predicted ∩ ground truth| / |predicted| (sets of texts, ground truth = the texts of all the image's
   chains); recall at level l = 1 if the level-l text of any of the image's chains was predicted; recall = the
   mean over the 4 levels; all averaged over images;
 - d_corr = mean over chains of Kendall's tau between the radii of the chain's 4 texts and [1, 2, 3, 4].
   The code computes ``kendalltau(R.argsort(dim=-1)[c], [1, 2, 3, 4])`` with ``R`` a CPU torch tensor, whose argsort
   keeps tied values in level order. That equals tau of the radii with every tied pair counted as concordant
-  (a permutation and its inverse have the same number of inversions): ``d_corr_method="official"``, the default.
-  ``d_corr_method="tau_b"`` uses tau-b instead (a tied pair counts as neither; a chain whose 4 radii all tie, e.g.
-  one text repeated, counts as 0, where the official rule gives it +1). They differ only on ties.
+  (a permutation and its inverse have the same number of inversions): ``d_corr_method="official"``, the default,
+  with ``tie_rule="optimistic"``. Its tied pairs follow ``tie_rule``: +1 ``"optimistic"`` (the code's),
+  0 ``"fair"`` (the default: concordant with probability 1/2 when ties are ordered at random), -1 ``"pessimistic"``.
+  ``d_corr_method="tau_b"`` uses tau-b instead (a tied pair counts as neither and leaves the denominator; a chain
+  whose 4 radii all tie, e.g. one text repeated, counts as 0) whatever ``tie_rule``. They differ only on ties.
 
 DITM (Jang et al. 2025, Sec. IV-B) replaces the distance to the root by the distance to the chain's image:
 ``d_corr_image``, signed so that +1 means level 4 (most specific) is closest to the image and level 1 farthest,
@@ -35,6 +42,7 @@ import numpy as np
 import torch
 
 from .retrieval import as_embeddings, as_index
+from .ties import DEFAULT_TIE_RULE, check_tie_rule, tied_pair_sign
 
 NUM_LEVELS = 4
 
@@ -60,16 +68,17 @@ def kendall_tau_b(x, y) -> float:
 D_CORR_METHODS = ("official", "tau_b")
 
 
-def _tau_with_levels(values: torch.Tensor, method: str) -> torch.Tensor:
+def _tau_with_levels(values: torch.Tensor, method: str, tie_rule: str) -> torch.Tensor:
     """Row-wise Kendall tau between each row of ``values`` (rows, n) and [1, ..., n].
 
-    ``"official"``: tau of ``values.argsort()`` (stable) against the levels, i.e. a tied pair counts as concordant.
+    ``"official"``: the mean over all pairs of +1 (in order) / -1 (out of order), a tied pair counting
+    `tied_pair_sign` (+1 under ``"optimistic"``: tau of the stable ``values.argsort()``, the code's).
     ``"tau_b"``: tau-b, a tied pair counts as neither; 0 for a constant row.
     """
     i, j = torch.triu_indices(values.shape[1], values.shape[1], offset=1)
     signs = torch.sign(values[:, j] - values[:, i])
     if method == "official":
-        return torch.where(signs >= 0, 1.0, -1.0).double().mean(dim=1)
+        return torch.where(signs == 0, tied_pair_sign(tie_rule), signs).double().mean(dim=1)
     untied = (signs != 0).sum(dim=1).double()
     tau = signs.sum(dim=1).double() / torch.sqrt(untied * len(i))
     return torch.where(untied > 0, tau, torch.zeros_like(tau))
@@ -112,7 +121,8 @@ def hierarcaps(
     chain_to_image=None,
     num_thresholds: int = 50,
     d_corr_method: str = "official",
-) -> dict[str, float | int]:
+    tie_rule: str = DEFAULT_TIE_RULE,
+) -> dict[str, float | int | str]:
     """HierarCaps metrics: hierarchical retrieval precision / recall and the d_corr order correlations.
 
     - ``image_embeds`` (num_images, d); ``text_embeds`` (num_texts, d), the pool of distinct texts searched (in
@@ -126,13 +136,17 @@ def hierarcaps(
     - ``d_corr_method``: how ``d_corr`` and ``d_corr_image`` treat tied values: ``"official"`` (default, as the
       HierarCaps code's ``kendalltau(radii.argsort(), [1, 2, 3, 4])``: a tie counts as in order) or ``"tau_b"``
       (Kendall's tau-b: a tie counts as neither in nor out of order). Equal when no two values of a chain tie.
+    - ``tie_rule``: how texts with identical embeddings (retrieval) and tied values (``"official"`` d_corr) are
+      credited, ``"fair"`` (default), ``"optimistic"`` or ``"pessimistic"`` (see the module's docstring).
 
     Works in float64 and holds (num_images, num_texts) matrices (HierarCaps' test set: about 1k x 4k).
 
     Returns fractions in [0, 1] (as the reference code; DITM's Table III prints them x 100) and correlations in
     [-1, 1]: ``precision``, ``recall``, ``recall_level_1`` .. ``recall_level_4`` (over images), ``d_corr`` (radius
-    order, HierarCaps), ``d_corr_image`` (distance-to-image order, DITM Sec. IV-B), ``num_images``, ``num_chains``.
+    order, HierarCaps), ``d_corr_image`` (distance-to-image order, DITM Sec. IV-B), ``num_images``, ``num_chains``,
+    ``tie_rule``.
     """
+    check_tie_rule(tie_rule)
     if isinstance(num_thresholds, bool) or not isinstance(num_thresholds, (int, np.integer)) or num_thresholds < 1:
         raise ValueError(f"num_thresholds must be a positive integer, got {num_thresholds!r}")
     if d_corr_method not in D_CORR_METHODS:
@@ -182,25 +196,41 @@ def hierarcaps(
         best = similarity.masked_fill(radius > threshold, -torch.inf).argmax(dim=1)
         retrieved[rows, best] = True
 
+    # texts of one embedding form a group; argmax retrieved its first member, which stands for the whole group
+    groups = torch.unique(texts, dim=0, return_inverse=True)[1]
+    membership = torch.nn.functional.one_hot(groups).double()  # (num_texts, num_groups)
+    group_size = membership.sum(dim=0)
+
+    def share_true(truth: torch.Tensor) -> torch.Tensor:
+        """(num_images, num_groups): the credit of a retrieved group as a hit of ``truth`` (num_images, num_texts)."""
+        true_members = truth.double() @ membership
+        if tie_rule == "fair":
+            return true_members / group_size
+        return (true_members > 0 if tie_rule == "optimistic" else true_members == group_size).double()
+
+    retrieved_groups = retrieved.double() @ membership  # 1 where a group was retrieved (only its first member is)
     truth = torch.zeros(num_images, num_texts, dtype=torch.bool)
     truth[owner.repeat_interleave(NUM_LEVELS), chain_ids.flatten()] = True
-    true_positives = (retrieved & truth).sum(dim=1).double()
+    true_positives = (retrieved_groups * share_true(truth)).sum(dim=1)
     precision = true_positives / retrieved.sum(dim=1).clamp(min=1)
-    level_hits = torch.zeros(num_images, NUM_LEVELS, dtype=torch.bool)
+    level_hits = torch.zeros(num_images, NUM_LEVELS, dtype=torch.float64)
     for level in range(NUM_LEVELS):
-        hit = retrieved[owner, chain_ids[:, level]].double()  # per chain: its level-l text was retrieved
-        level_hits[:, level] = torch.zeros(num_images, dtype=torch.float64).index_add_(0, owner, hit) > 0
-    recall_levels = level_hits.double().mean(dim=0)
+        level_truth = torch.zeros(num_images, num_texts, dtype=torch.bool)
+        level_truth[owner, chain_ids[:, level]] = True  # the level-l texts of each image's chains
+        # a hit unless every retrieved group's member misses them (members drawn independently per group)
+        level_hits[:, level] = 1 - (1 - retrieved_groups * share_true(level_truth)).prod(dim=1)
+    recall_levels = level_hits.mean(dim=0)
 
-    d_corr = _tau_with_levels(radius[chain_ids], d_corr_method).mean().item()
+    d_corr = _tau_with_levels(radius[chain_ids], d_corr_method, tie_rule).mean().item()
     image_distance = (texts[chain_ids] - images[owner].unsqueeze(1)).norm(dim=-1)
-    d_corr_image = _tau_with_levels(-image_distance, d_corr_method).mean().item()
+    d_corr_image = _tau_with_levels(-image_distance, d_corr_method, tie_rule).mean().item()
 
     result: dict[str, float | int] = {
         "precision": precision.mean().item(),
-        "recall": level_hits.double().mean().item(),
+        "recall": level_hits.mean().item(),
     }
     for level in range(NUM_LEVELS):
         result[f"recall_level_{level + 1}"] = recall_levels[level].item()
-    result.update(d_corr=d_corr, d_corr_image=d_corr_image, num_images=num_images, num_chains=num_chains)
+    result.update(d_corr=d_corr, d_corr_image=d_corr_image, num_images=num_images, num_chains=num_chains,
+                  tie_rule=tie_rule)
     return result

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .ties import DEFAULT_TIE_RULE, check_tie_rule, increasing_credit
+
 METHODS = ("pearson", "accuracy")
 
 
@@ -17,20 +19,26 @@ def _pearson_with_index(scores: np.ndarray) -> float:
     return float(index @ centered / np.sqrt((index @ index) * (centered @ centered)))
 
 
-def himo_at_k(scores: Sequence[Sequence[float]], method: str | None = None) -> dict[str, float | int | str]:
+def himo_at_k(scores: Sequence[Sequence[float]], method: str | None = None,
+              tie_rule: str = DEFAULT_TIE_RULE) -> dict[str, float | int | str]:
     """HiMo@K over a batch of images; ``scores[i]`` holds s_{t_1}..s_{t_K} for image i.
 
     - Eq. 5 (K > 3), ``"pearson"``: mean over images of the Pearson correlation between k = 1..K and
       s_{t_k}. A constant list (zero variance) counts as 0 and is counted in ``num_constant``.
     - Eq. 6 (K = 2, 3), ``"accuracy"``: percentage of images with strictly increasing scores
-      s_{t_1} < s_{t_2} (< s_{t_3}).
+      s_{t_1} < s_{t_2} (< s_{t_3}). Equal scores (e.g. prefixes that differ only past a text encoder's token limit)
+      are credited by ``tie_rule`` (`hf_longclip.metrics.ties.increasing_credit`): ``"fair"`` (default) the chance
+      that they come out increasing when ordered at random (1/2 for two equal scores), ``"optimistic"`` 1,
+      ``"pessimistic"`` 0 (Eq. 6's strict order read literally). Pearson (Eq. 5) reads the scores as values, not
+      as an order: it has no tie rule.
 
     Lists may have different lengths. With ``method=None`` the definition follows each list's length and
     a batch mixing both kinds is rejected; ``method="pearson"`` or ``"accuracy"`` forces one definition for
     every list (any length >= 2).
 
-    Returns ``{"himo_at_k": float, "method": str, "num_samples": int, "num_constant": int}``.
+    Returns ``{"himo_at_k": float, "method": str, "num_samples": int, "num_constant": int, "tie_rule": str}``.
     """
+    check_tie_rule(tie_rule)
     if method is not None and method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS} or None")
     if len(scores) == 0:
@@ -58,10 +66,11 @@ def himo_at_k(scores: Sequence[Sequence[float]], method: str | None = None) -> d
     if method == "pearson":
         values = [0.0 if flat else _pearson_with_index(array) for array, flat in zip(arrays, constant)]
     else:
-        values = [100.0 * bool(np.all(np.diff(array) > 0)) for array in arrays]
+        values = [100.0 * increasing_credit(array.tolist(), tie_rule) for array in arrays]
     return {
         "himo_at_k": float(np.mean(values)),
         "method": method,
         "num_samples": len(arrays),
         "num_constant": sum(constant),
+        "tie_rule": tie_rule,
     }

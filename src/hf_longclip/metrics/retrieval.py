@@ -2,7 +2,10 @@
 (`long_text_retrieval`, the COCO / Flickr30K / Urban1k / DOCCI protocol of HiMo-CLIP Tables 1-2, OneLIP Tables 1-2,
 DITM Sec. IV-B and F-CAST Table 1), computed query chunk by query chunk so that memory stays bounded; R@1 within
 twin pairs (`pair_recall_at_1`) and over images sharing one text (`recall_at_1_by_text`), OneLIP's text-length
-miniature."""
+miniature.
+
+Every recall credits tied scores by one ``tie_rule`` (`hf_longclip.metrics.ties`): ``"fair"`` (default, the expected
+credit under random tie-breaking), ``"optimistic"`` or ``"pessimistic"``; each result records the rule it used."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+
+from .ties import DEFAULT_TIE_RULE, check_tie_rule, hit_credit, pairwise_credit
 
 # Default budget of one chunk's score matrix, in elements (float32: 64 MiB; ranks are counted in place in it).
 CHUNK_ELEMENTS = 1 << 24
@@ -36,29 +41,32 @@ def duplicate_fraction(embeddings: torch.Tensor) -> float:
 
 def warn_if_degenerate(result: dict, threshold: float = DEGENERATE_FRACTION, **embeddings: torch.Tensor) -> None:
     """A `DegenerateEmbeddingsWarning` when more than `threshold` of the rows of one of `embeddings` (name=tensor)
-    are duplicates (`duplicate_fraction`), with the tie counts of `result` (keys ending in `_ties`)."""
+    are duplicates (`duplicate_fraction`), with the tie counts of `result` (keys starting with `ties_`)."""
     fractions = {name: duplicate_fraction(tensor) for name, tensor in embeddings.items()}
     degenerate = {name: fraction for name, fraction in fractions.items() if fraction > threshold}
     if degenerate:
-        ties = ", ".join(f"{key} = {value}" for key, value in result.items() if key.endswith("_ties"))
+        ties = ", ".join(f"{key} = {value}" for key, value in result.items() if key.startswith("ties_"))
         shown = ", ".join(f"{fraction:.0%} of {name}" for name, fraction in degenerate.items())
         warnings.warn(
-            f"degenerate embeddings: {shown} repeat another row (a collapsed model or repeated inputs?). Ties count "
-            f"in the query's favour, so such embeddings can score high recalls; queries whose positive ties with "
+            f"degenerate embeddings: {shown} repeat another row (a collapsed model or repeated inputs?). Ties decide "
+            f"the recalls (credited by the tie rule {result.get('tie_rule')!r}); queries whose positive ties with "
             f"another candidate: {ties}", DegenerateEmbeddingsWarning, stacklevel=3)
 
 
-def recall_at_k(similarity: torch.Tensor, k: int = 1) -> float:
-    """Percent of queries (rows) whose paired item (the same index) is among the k most similar columns."""
+def recall_at_k(similarity: torch.Tensor, k: int = 1, tie_rule: str = DEFAULT_TIE_RULE) -> float:
+    """Percent of queries (rows) whose paired item (the same index) is among the k most similar columns.
+
+    A paired item with g columns scored strictly higher and t others tied with it counts
+    ``clamp((k - g) / (t + 1), 0, 1)`` under ``tie_rule="fair"`` (its chance under random tie-breaking), ``g < k``
+    under ``"optimistic"``, ``g + t < k`` under ``"pessimistic"`` (`hf_longclip.metrics.ties.hit_credit`)."""
     if similarity.ndim != 2 or similarity.shape[0] != similarity.shape[1] or similarity.shape[0] == 0:
         raise ValueError(f"expected a non-empty square query x item similarity matrix, got {tuple(similarity.shape)}")
     if not torch.isfinite(similarity).all():
         raise ValueError("similarity contains NaN or inf")
-    k = min(k, similarity.shape[1])
-    paired = similarity.diagonal().unsqueeze(1)
-    # rank of the paired item = number of items scored strictly higher (ties count in the query's favour)
-    rank = (similarity > paired).sum(dim=1)
-    return (rank < k).double().mean().item() * 100
+    check_tie_rule(tie_rule)
+    scores = _exact_copy(similarity)
+    above, tied = _count_above_and_tied(scores, scores.diagonal().unsqueeze(1).clone())
+    return hit_credit(above, tied - 1, torch.ones_like(tied), k, tie_rule).mean().item() * 100
 
 
 def as_embeddings(value, name: str, ndim: int = 2) -> torch.Tensor:
@@ -118,16 +126,27 @@ def as_index(value, name: str, length: int, upper: int, upper_name: str) -> torc
     return index
 
 
-def _count_above(scores: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
-    """Per row, the number of ``scores`` strictly above ``threshold`` (rows, 1); overwrites ``scores``.
+def _exact_copy(scores: torch.Tensor) -> torch.Tensor:
+    """A float32 (float64 stays float64) copy of ``scores`` for `_count_above_and_tied`, whose in-place counts would
+    overwrite the caller's matrix and, in float16 / bfloat16, stop being exact past 2048 / 256 entries per row."""
+    return scores.to(torch.float64 if scores.dtype == torch.float64 else torch.float32, copy=True)
 
-    ``gt_`` writes 1.0 / 0.0 in place and the sum stays in the scores' dtype: no bool matrix and no int64 copy of it
-    (``(scores > t).sum(1)`` needs both, 9 more bytes per score). Exact while a row has fewer than 2**24 entries
-    (float32 integers); longer rows take the plain way.
+
+def _count_above_and_tied(scores: torch.Tensor, threshold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the numbers of ``scores`` strictly above and exactly equal to ``threshold`` (rows, 1), int64;
+    overwrites ``scores``.
+
+    ``sub_`` then ``sign_`` leave +1 / 0 / -1 in place (for finite floats x - t is 0 iff x == t, and has the sign of
+    the comparison); its row sums give above - below, then after ``abs_`` above + below. No bool matrix and no int64
+    copy of it (``(scores > t).sum(1)`` needs both, 9 more bytes per score). Exact while a row has fewer than 2**24
+    entries (float32 integers); longer rows take the plain way.
     """
     if scores.shape[1] >= EXACT_FLOAT_COUNT:
-        return (scores > threshold).sum(dim=1)
-    return scores.gt_(threshold).sum(dim=1).long()
+        return (scores > threshold).sum(dim=1), (scores == threshold).sum(dim=1)
+    signs = scores.sub_(threshold).sign_()
+    net = signs.sum(dim=1)  # above - below
+    unequal = signs.abs_().sum(dim=1)  # above + below
+    return ((net + unequal) / 2).long(), scores.shape[1] - unequal.long()
 
 
 def _check_ks(ks: Sequence[int]) -> tuple[int, ...]:
@@ -151,7 +170,8 @@ def long_text_retrieval(
     text_to_image,
     ks: Sequence[int] = (1, 5, 10),
     chunk_size: int | None = None,
-) -> dict[str, float | int]:
+    tie_rule: str = DEFAULT_TIE_RULE,
+) -> dict[str, float | int | str]:
     """Recall@K both ways when each image has one or more captions (COCO / Flickr30K: 5 per image).
 
     - ``image_embeds`` (num_images, d) and ``text_embeds`` (num_texts, d): the score of a pair is the dot product,
@@ -161,21 +181,27 @@ def long_text_retrieval(
       (a ValueError names the first image without one).
     - image-to-text: image i is a hit at K if ANY of its captions is among its K best-scored texts;
       text-to-image: caption t is a hit at K if its image is among its K best-scored images.
-      The rank of the positive is the number of candidates scored strictly higher, so ties count in the query's
-      favour (as `recall_at_k`); with one caption per image both directions equal `recall_at_k`. How many queries
-      had a tie (a negative candidate scored exactly as their best positive) is reported, and embeddings whose rows
-      are mostly duplicates (`duplicate_fraction` above `DEGENERATE_FRACTION`: a collapsed model, which ties would
-      score well) raise a `DegenerateEmbeddingsWarning`.
+      With one caption per image both directions equal `recall_at_k`.
+    - ``tie_rule`` (`hf_longclip.metrics.ties`): ``"fair"`` (default) credits each query its chance of a hit when
+      ties are broken at random. For image-to-text with several captions, the captions scored exactly as the
+      image's best caption and the n negatives tied with them are ordered at random; with g negatives scored
+      higher, the m = K - g places left hold a caption unless all m go to negatives: credit
+      ``1 - C(n, m) / C(n + p, m)`` (p tied captions; ``(K - g) / (n + 1)`` for one), so ties among the image's own
+      captions cost nothing. ``"optimistic"`` counts g < K (ties as hits), ``"pessimistic"`` g + n < K. How many
+      queries had a tie (a negative candidate scored exactly as their best positive) is reported, and embeddings
+      whose rows are mostly duplicates (`duplicate_fraction` above `DEGENERATE_FRACTION`: a collapsed model) raise
+      a `DegenerateEmbeddingsWarning`.
     - Computed over chunks of queries: one chunk's (chunk, num_candidates) score matrix at a time, never the full
       matrix. ``chunk_size=None`` picks the number of queries so that a chunk holds at most ``CHUNK_ELEMENTS``
       (2**24) scores: about 64 MiB of float32 at peak beyond the inputs, whatever their size (ranks are counted in
       place in the chunk). float32 and float64 inputs mixed are both cast to float64 (a copy).
 
-    Returns ``{"i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum", "num_images", "num_texts",
-    "i2t_ties", "t2i_ties"}`` (keys follow ``ks``): recalls in percent, ``rsum`` the sum of all the recalls (RSUM of
-    DITM Sec. IV-B), the ties counts of queries.
+    Returns ``{"r1_i2t", "r5_i2t", "r10_i2t", "r1_t2i", "r5_t2i", "r10_t2i", "rsum", "num_images", "num_texts",
+    "ties_i2t", "ties_t2i", "tie_rule"}`` (keys follow ``ks``): recalls in percent, ``rsum`` the sum of all the
+    recalls (RSUM of DITM Sec. IV-B), the counts of queries with a tie, the rule that credited them.
     """
     ks = _check_ks(ks)
+    check_tie_rule(tie_rule)
     images, texts = as_embedding_pair(image_embeds, "image_embeds", text_embeds, "text_embeds")
     num_images, num_texts = images.shape[0], texts.shape[0]
     owner = as_index(text_to_image, "text_to_image", num_texts, num_images, "num_images")
@@ -192,8 +218,8 @@ def long_text_retrieval(
     starts = torch.zeros(num_images + 1, dtype=torch.int64)
     starts[1:] = torch.cumsum(captions_per_image, 0)
 
-    i2t_rank = torch.empty(num_images, dtype=torch.int64)
-    i2t_tied = torch.empty(num_images, dtype=torch.bool)
+    # per query: candidates above its best positive, negatives and positives tied with it (`hit_credit`)
+    i2t_above, i2t_negatives, i2t_positives = (torch.empty(num_images, dtype=torch.int64) for _ in range(3))
     step = _chunk_rows(chunk_size, num_images, num_texts)
     for lo in range(0, num_images, step):
         hi = min(lo + step, num_images)
@@ -203,29 +229,31 @@ def long_text_retrieval(
         best = torch.full((hi - lo,), -torch.inf, dtype=scores.dtype)
         best.scatter_reduce_(0, rows, scores[rows, positives], reduce="amax")
         positives_at_best = torch.bincount(rows[scores[rows, positives] == best[rows]], minlength=hi - lo)
-        i2t_tied[lo:hi] = (scores == best.unsqueeze(1)).sum(dim=1) > positives_at_best
-        i2t_rank[lo:hi] = _count_above(scores, best.unsqueeze(1))
+        above, tied = _count_above_and_tied(scores, best.unsqueeze(1))
+        i2t_above[lo:hi], i2t_positives[lo:hi] = above, positives_at_best
+        i2t_negatives[lo:hi] = tied - positives_at_best
         del scores  # before the next chunk's scores exist
 
-    t2i_rank = torch.empty(num_texts, dtype=torch.int64)
-    t2i_tied = torch.empty(num_texts, dtype=torch.bool)
+    t2i_above, t2i_negatives = (torch.empty(num_texts, dtype=torch.int64) for _ in range(2))
     step = _chunk_rows(chunk_size, num_texts, num_images)
     for lo in range(0, num_texts, step):
         hi = min(lo + step, num_texts)
         scores = texts[lo:hi] @ images.T
         positive = scores.gather(1, owner[lo:hi].unsqueeze(1))
-        t2i_tied[lo:hi] = (scores == positive).sum(dim=1) > 1
-        t2i_rank[lo:hi] = _count_above(scores, positive)
+        above, tied = _count_above_and_tied(scores, positive)
+        t2i_above[lo:hi], t2i_negatives[lo:hi] = above, tied - 1
         del scores
 
-    result: dict[str, float | int] = {}
-    for direction, rank in (("i2t", i2t_rank), ("t2i", t2i_rank)):
+    result: dict[str, float | int | str] = {}
+    for direction, above, negatives, positives in (("i2t", i2t_above, i2t_negatives, i2t_positives),
+                                                   ("t2i", t2i_above, t2i_negatives, torch.ones_like(t2i_above))):
         for k in ks:
-            result[f"{direction}_r{k}"] = (rank < k).double().mean().item() * 100
+            result[f"r{k}_{direction}"] = hit_credit(above, negatives, positives, k, tie_rule).mean().item() * 100
     result["rsum"] = sum(result.values())
     result["num_images"] = num_images
     result["num_texts"] = num_texts
-    result["i2t_ties"], result["t2i_ties"] = int(i2t_tied.sum()), int(t2i_tied.sum())
+    result["ties_i2t"], result["ties_t2i"] = int((i2t_negatives > 0).sum()), int((t2i_negatives > 0).sum())
+    result["tie_rule"] = tie_rule
     warn_if_degenerate(result, image_embeds=images, text_embeds=texts)
     return result
 
@@ -244,6 +272,7 @@ def fold_retrieval(
     num_folds: int = COCO_1K_FOLDS,
     ks: Sequence[int] = (1, 5, 10),
     chunk_size: int | None = None,
+    tie_rule: str = DEFAULT_TIE_RULE,
 ) -> dict:
     """`long_text_retrieval` on each of ``num_folds`` folds of consecutive images, and the mean over the folds.
 
@@ -252,10 +281,10 @@ def fold_retrieval(
     of its own images (``text_to_image`` decides, whatever the order of the texts) and is ranked against its own
     images and captions only. The number of images must be a multiple of ``num_folds``.
 
-    Returns the mean of every recall over the folds under the keys of `long_text_retrieval` (``i2t_r1`` ...,
-    ``rsum`` = the mean of the folds' RSUMs = the sum of the mean recalls; the ties summed over the folds), ``num_images`` / ``num_texts`` (all
-    folds together), ``num_folds``, ``images_per_fold`` and ``folds`` (the per-fold results of
-    `long_text_retrieval`, in order).
+    Returns the mean of every recall over the folds under the keys of `long_text_retrieval` (``r1_i2t`` ...,
+    ``rsum`` = the mean of the folds' RSUMs = the sum of the mean recalls; the ties summed over the folds),
+    ``num_images`` / ``num_texts`` (all folds together), ``num_folds``, ``images_per_fold``, ``tie_rule`` and
+    ``folds`` (the per-fold results of `long_text_retrieval`, in order).
     """
     if isinstance(num_folds, bool) or not isinstance(num_folds, (int, np.integer)) or num_folds < 1:
         raise ValueError(f"num_folds must be a positive integer, got {num_folds!r}")
@@ -269,12 +298,13 @@ def fold_retrieval(
     for fold in range(int(num_folds)):
         lo, hi = fold * per_fold, (fold + 1) * per_fold
         members = torch.nonzero((owner >= lo) & (owner < hi)).flatten()
-        folds.append(long_text_retrieval(images[lo:hi], texts[members], owner[members] - lo, ks, chunk_size))
-    keys = [key for key in folds[0] if key not in ("num_images", "num_texts")]
-    result: dict = {key: sum(fold[key] for fold in folds) / (1 if key.endswith("_ties") else num_folds)
+        folds.append(long_text_retrieval(images[lo:hi], texts[members], owner[members] - lo, ks, chunk_size,
+                                          tie_rule))
+    keys = [key for key in folds[0] if key not in ("num_images", "num_texts", "tie_rule")]
+    result: dict = {key: sum(fold[key] for fold in folds) / (1 if key.startswith("ties_") else num_folds)
                     for key in keys}
     result.update(num_images=num_images, num_texts=num_texts, num_folds=int(num_folds), images_per_fold=per_fold,
-                  folds=folds)
+                  tie_rule=tie_rule, folds=folds)
     return result
 
 
@@ -312,19 +342,22 @@ def multi_positive_recall(
     exclude_self: bool = False,
     chunk_size: int | None = None,
     name: str = "positives",
-) -> dict[str, float | int]:
+    tie_rule: str = DEFAULT_TIE_RULE,
+) -> dict[str, float | int | str]:
     """Recall@K when each query has its own set of positive items: a query is a hit at K if ANY of its positives is
-    among its K best-scored items (scores: dot products; ties count in the query's favour, as `long_text_retrieval`).
+    among its K best-scored items (scores: dot products; ties credited by ``tie_rule`` as in `long_text_retrieval`:
+    fair by default, positives tied among themselves cost nothing).
 
     - ``positives``: a (num_queries, num_items) boolean matrix, or one sequence of item indices per query.
     - ``exclude_self=True`` (intramodal retrieval: queries and items are the same set, I->I and T->T): the query
       itself is removed from its candidates and from its positives.
     - Queries left without any positive are not scored (the CxC protocol cannot rank them); they are counted.
 
-    Returns ``{"r1", "r5", "num_queries" (scored), "num_without_positive"}`` (keys follow ``ks``); the recalls are
-    NaN when no query has a positive.
+    Returns ``{"r1", "r5", "num_queries" (scored), "num_without_positive", "tie_rule"}`` (keys follow ``ks``); the
+    recalls are NaN when no query has a positive.
     """
     ks = _check_ks(ks)
+    check_tie_rule(tie_rule)
     queries, items = as_embedding_pair(query_embeds, "query_embeds", item_embeds, "item_embeds")
     num_queries, num_items = queries.shape[0], items.shape[0]
     if exclude_self and num_queries != num_items:
@@ -333,7 +366,7 @@ def multi_positive_recall(
     if exclude_self:
         sets = [[item for item in items_ if item != query] for query, items_ in enumerate(sets)]
     scored = torch.tensor([bool(items_) for items_ in sets])
-    rank = torch.empty(num_queries, dtype=torch.int64)
+    above, negatives, positives_at_best = (torch.zeros(num_queries, dtype=torch.int64) for _ in range(3))
     step = _chunk_rows(chunk_size, num_queries, num_items)
     for lo in range(0, num_queries, step):
         hi = min(lo + step, num_queries)
@@ -343,17 +376,21 @@ def multi_positive_recall(
             scores[local, local + lo] = -torch.inf
         rows = torch.tensor([row for row in range(hi - lo) for _ in sets[lo + row]], dtype=torch.int64)
         cols = torch.tensor([item for row in range(lo, hi) for item in sets[row]], dtype=torch.int64)
-        best = torch.full((hi - lo,), -torch.inf, dtype=scores.dtype)
+        best = torch.zeros(hi - lo, dtype=scores.dtype)  # stays 0 for a query without positives (not scored)
         if len(rows):
-            best.scatter_reduce_(0, rows, scores[rows, cols], reduce="amax")
-        rank[lo:hi] = _count_above(scores, best.unsqueeze(1))
+            best.scatter_reduce_(0, rows, scores[rows, cols], reduce="amax", include_self=False)
+            positives_at_best[lo:hi] = torch.bincount(rows[scores[rows, cols] == best[rows]], minlength=hi - lo)
+        chunk_above, tied = _count_above_and_tied(scores, best.unsqueeze(1))
+        above[lo:hi], negatives[lo:hi] = chunk_above, tied - positives_at_best[lo:hi]
         del scores
-    result: dict[str, float | int] = {}
+    result: dict[str, float | int | str] = {}
     count = int(scored.sum())
     for k in ks:
-        result[f"r{k}"] = (rank[scored] < k).double().mean().item() * 100 if count else float("nan")
+        credit = hit_credit(above[scored], negatives[scored], positives_at_best[scored], k, tie_rule)
+        result[f"r{k}"] = credit.mean().item() * 100 if count else float("nan")
     result["num_queries"] = count
     result["num_without_positive"] = num_queries - count
+    result["tie_rule"] = tie_rule
     return result
 
 
@@ -366,35 +403,42 @@ def cxc_retrieval(
     i2i,
     ks: Sequence[int] = (1, 5),
     chunk_size: int | None = None,
-) -> dict[str, float | int]:
+    tie_rule: str = DEFAULT_TIE_RULE,
+) -> dict[str, float | int | str]:
     """The four Crisscrossed Captions retrieval directions (Parekh et al., EACL 2021), Recall@K each.
 
     ``i2t`` / ``t2i``: per image, the indices of its positive texts, and per text its positive images (the original
     COCO pairs plus the CxC SITS positives); ``t2t``: per text its positive texts (STS), ``i2i``: per image its
     positive images (SIS); each may also be a boolean matrix (see `multi_positive_recall`). I->I and T->T rank the
-    other images / texts (the query itself is excluded). Queries without a positive are skipped and counted.
+    other images / texts (the query itself is excluded). Queries without a positive are skipped and counted. Ties
+    are credited by ``tie_rule`` (`multi_positive_recall`).
 
-    Returns ``{"i2t_r1", "i2t_r5", "t2i_r1", ..., "t2t_r5", "i2i_r5", "<direction>_num_queries"}``.
+    Returns ``{"r1_i2t", "r5_i2t", "r1_t2i", ..., "r5_t2t", "r5_i2i", "num_queries_<direction>",
+    "num_without_positive_<direction>", "tie_rule"}``.
     """
-    result: dict[str, float | int] = {}
+    result: dict[str, float | int | str] = {}
     for direction, queries, items, positives, exclude in (
         ("i2t", image_embeds, text_embeds, i2t, False), ("t2i", text_embeds, image_embeds, t2i, False),
         ("t2t", text_embeds, text_embeds, t2t, True), ("i2i", image_embeds, image_embeds, i2i, True),
     ):
         scores = multi_positive_recall(queries, items, positives, ks, exclude_self=exclude, chunk_size=chunk_size,
-                                       name=direction)
+                                       name=direction, tie_rule=tie_rule)
         for key, value in scores.items():
-            result[f"{direction}_{key}"] = value
+            if key != "tie_rule":
+                result[f"{key}_{direction}"] = value
+    result["tie_rule"] = tie_rule
     return result
 
 
 PAIR_TIE_TOLERANCE = 1e-6  # cosine scores closer than this are a tie (same truncated text, other batch padding)
 
 
-def pair_recall_at_1(image_embeds: torch.Tensor, text_embeds: torch.Tensor,
-                     pairs: Sequence[tuple[int, int]]) -> tuple[float, float]:
+def pair_recall_at_1(image_embeds: torch.Tensor, text_embeds: torch.Tensor, pairs: Sequence[tuple[int, int]],
+                     tie_rule: str = DEFAULT_TIE_RULE) -> tuple[float, float]:
     """R@1 image->text and text->image within each pair (a gallery of two: the own item and its twin), in percent.
-    A tie counts half, so chance is 50 and a model that cannot tell the twins apart scores exactly 50."""
+    Scores within `PAIR_TIE_TOLERANCE` tie; a tie counts 1/2 under ``tie_rule="fair"`` (so chance is 50 and a model
+    that cannot tell the twins apart scores exactly 50), 1 ``"optimistic"``, 0 ``"pessimistic"``."""
+    check_tie_rule(tie_rule)
     if not pairs:
         return float("nan"), float("nan")
     index = torch.tensor(list(pairs))
@@ -402,24 +446,28 @@ def pair_recall_at_1(image_embeds: torch.Tensor, text_embeds: torch.Tensor,
     own = similarity.diagonal(dim1=1, dim2=2)
 
     def recall(other: torch.Tensor) -> float:
-        margin = own - other
-        return ((margin > PAIR_TIE_TOLERANCE).double() + 0.5 * (margin.abs() <= PAIR_TIE_TOLERANCE).double()
-                ).mean().item() * 100
+        return pairwise_credit(own - other, tie_rule, PAIR_TIE_TOLERANCE).mean().item() * 100
 
     return recall(similarity[:, [0, 1], [1, 0]]), recall(similarity[:, [1, 0], [0, 1]])
 
 
-def recall_at_1_by_text(image_embeds: torch.Tensor, text_embeds: torch.Tensor, owners: torch.Tensor) -> tuple[float,
-                                                                                                             float]:
+def recall_at_1_by_text(image_embeds: torch.Tensor, text_embeds: torch.Tensor, owners: torch.Tensor,
+                        tie_rule: str = DEFAULT_TIE_RULE) -> tuple[float, float]:
     """R@1 both ways, in percent, when several images share one text (`owners[i]`: the index in `text_embeds` of
     image i's text): image->text hits when its own text scores highest (one query per image), text->image when
-    one of the images carrying the text scores highest (one query per distinct text); ties count as hits."""
-    similarity = image_embeds @ text_embeds.T  # (images, distinct texts)
-    own = similarity.gather(1, owners[:, None])
-    i2t = ((similarity > own).sum(dim=1) == 0).double().mean().item() * 100
-    carries = owners[:, None] == torch.arange(text_embeds.shape[0])[None]
-    best_own = similarity.masked_fill(~carries, float("-inf")).amax(dim=0)
-    best_other = similarity.masked_fill(carries, float("-inf")).amax(dim=0)
-    t2i = (best_own >= best_other).double().mean().item() * 100
-    return i2t, t2i
+    one of the images carrying the text scores highest (one query per distinct text, its carriers all positives);
+    ties credited by ``tie_rule`` as in `long_text_retrieval` (fair: the chance of a hit under random tie-breaking).
+    """
+    check_tie_rule(tie_rule)
+    similarity = _exact_copy(image_embeds @ text_embeds.T)  # (images, distinct texts)
+    above, tied = _count_above_and_tied(similarity.clone(), similarity.gather(1, owners[:, None]))
+    i2t = hit_credit(above, tied - 1, torch.ones_like(tied), 1, tie_rule).mean().item() * 100
+    carries = (owners[:, None] == torch.arange(text_embeds.shape[0])[None]).T  # (texts, images)
+    scores = similarity.T
+    best_own = scores.masked_fill(~carries, float("-inf")).amax(dim=1, keepdim=True)
+    at_best = scores == best_own
+    carriers_at_best = (at_best & carries).sum(dim=1)
+    above = (scores > best_own).sum(dim=1)
+    t2i = hit_credit(above, at_best.sum(dim=1) - carriers_at_best, carriers_at_best, 1, tie_rule)
+    return i2t, t2i.mean().item() * 100
 

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .retrieval import _check_ks, _count_above, as_embedding_pair, as_embeddings, as_index
+from .retrieval import _check_ks, _count_above_and_tied, as_embedding_pair, as_embeddings, as_index
+from .ties import DEFAULT_TIE_RULE, check_tie_rule, hit_credit
 
 DEFAULT_TEMPLATES: tuple[str, ...] = ("a photo of a {}.",)
 
@@ -81,18 +82,22 @@ def zero_shot_classification(
     labels,
     ks: Sequence[int] = (1, 5),
     chunk_size: int = 4096,
-) -> dict[str, float | int]:
+    tie_rule: str = DEFAULT_TIE_RULE,
+) -> dict[str, float | int | str]:
     """Top-k accuracy (percent) of classifying each image as the class of highest ``image_embeds @ class_embeds.T``.
 
     ``image_embeds`` (num_images, d), ``class_embeds`` (num_classes, d) (e.g. from `class_embeddings`), ``labels``
     (num_images,) the true class indices. Scaling an image embedding does not change its ranking, so images need not
-    be normalised. An image is correct at k if fewer than k classes score strictly higher than its true class
-    (ties in its favour, as `recall_at_k`). A k larger than the number of classes raises a ValueError (top-5 of 3
+    be normalised. An image is correct at k if its true class is among the k best-scored; a true class with g
+    classes scored strictly higher and t tied with it counts ``clamp((k - g) / (t + 1), 0, 1)`` under
+    ``tie_rule="fair"`` (default), ``g < k`` ``"optimistic"``, ``g + t < k`` ``"pessimistic"`` (as `recall_at_k`).
+    A k larger than the number of classes raises a ValueError (top-5 of 3
     classes would be a meaningless 100%): pass e.g. ``ks=(1,)``. Images are scored ``chunk_size`` at a time.
 
-    Returns ``{"top1": ..., "top5": ..., "num_samples": num_images}`` (keys follow ``ks``).
+    Returns ``{"top1": ..., "top5": ..., "num_samples": num_images, "tie_rule": tie_rule}`` (keys follow ``ks``).
     """
     ks = _check_ks(ks)
+    check_tie_rule(tie_rule)
     images, classes = as_embedding_pair(image_embeds, "image_embeds", class_embeds, "class_embeds")
     num_images, num_classes = images.shape[0], classes.shape[0]
     if max(ks) > num_classes:
@@ -100,10 +105,14 @@ def zero_shot_classification(
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     target = as_index(labels, "labels", num_images, num_classes, "num_classes")
-    rank = torch.empty(num_images, dtype=torch.int64)
+    above, tied = (torch.empty(num_images, dtype=torch.int64) for _ in range(2))
     for lo in range(0, num_images, chunk_size):
         scores = images[lo : lo + chunk_size] @ classes.T
-        rank[lo : lo + chunk_size] = _count_above(scores, scores.gather(1, target[lo : lo + chunk_size, None]))
-    result: dict[str, float | int] = {f"top{k}": (rank < k).double().mean().item() * 100 for k in ks}
+        above[lo : lo + chunk_size], tied[lo : lo + chunk_size] = _count_above_and_tied(
+            scores, scores.gather(1, target[lo : lo + chunk_size, None]))
+    one = torch.ones_like(tied)
+    result: dict[str, float | int | str] = {
+        f"top{k}": hit_credit(above, tied - 1, one, k, tie_rule).mean().item() * 100 for k in ks}
     result["num_samples"] = num_images
+    result["tie_rule"] = tie_rule
     return result

@@ -11,8 +11,10 @@ COLA multi-object setting (Ray et al., NeurIPS 2023): each example is two images
 attributes are swapped; caption c describes image c. As `ColaMultiObjAcc` in the authors' scripts/eval.py
 (github.com/arijitray1993/COLA), an example is correct iff each caption scores strictly higher with its own image
 than with the other image: s[0][0] > s[1][0] and s[1][1] > s[0][1] (`direction="text_to_image"`, the default).
-`direction="image_to_text"` asks instead that each image prefer its own caption, and `"group"` both. Ties are
-wrong. Accuracy in percent.
+`direction="image_to_text"` asks instead that each image prefer its own caption, and `"group"` both. A tied
+comparison counts 1/2 by default (`tie_rule="fair"`: the chance of winning it when the tie is broken at random,
+the comparisons independent); `"pessimistic"` counts it wrong, as `ColaMultiObjAcc`, `"optimistic"` right.
+Accuracy in percent.
 """
 
 _CITATION = """\
@@ -33,13 +35,16 @@ Args:
         with caption c.
     direction (`str`, *optional*, defaults to `"text_to_image"`): `"text_to_image"` (COLA's metric),
         `"image_to_text"` or `"group"`.
+    tie_rule (`str`, *optional*, defaults to `"fair"`): how tied scores are credited: `"fair"` (the expected
+        credit when ties are broken at random), `"optimistic"` (in the query's favour) or `"pessimistic"` (against).
 Returns:
     accuracy (`float`): percent of examples matched correctly.
     num_samples (`int`): number of examples.
+    tie_rule (`str`): the tie rule used.
 Examples:
     >>> metric = evaluate.load("cola_multi")
     >>> metric.compute(scores=[[[0.3, 0.2], [0.1, 0.4]], [[0.3, 0.35], [0.1, 0.4]], [[0.3, 0.2], [0.3, 0.4]]])
-    {'accuracy': 66.66666666666666, 'num_samples': 3}
+    {'accuracy': 83.33333333333334, 'num_samples': 3, 'tie_rule': 'fair'}
 """
 
 
@@ -56,5 +61,5 @@ class ColaMulti(checked.CheckedMetric):
             reference_urls=["https://arxiv.org/abs/2305.03689", "https://github.com/arijitray1993/COLA"],
         )
 
-    def _compute(self, scores, direction="text_to_image"):
-        return cola_multi(scores, direction=direction)
+    def _compute(self, scores, direction="text_to_image", tie_rule="fair"):
+        return cola_multi(scores, direction=direction, tie_rule=tie_rule)

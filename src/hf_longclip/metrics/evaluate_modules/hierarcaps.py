@@ -14,10 +14,13 @@ As the authors' code (github.com/TAU-VAILab/hierarcaps, code/evaluation/hierarch
 are L2-normalised; a text's radius is its distance to the root (the embedding of ""); at each of 50 radius
 thresholds evenly spaced between the smallest and largest radius, each image retrieves its most similar text among
 those within the threshold; precision and per-level recall compare the retrieved texts with the image's chains by
-exact string match; d_corr is the mean Kendall tau between the radii of a chain's texts and their levels, with
-tied radii counted as in order, as the code's `kendalltau(radii.argsort(), [1, 2, 3, 4])` does (or tau-b, which
-counts them as neither, with d_corr_method="tau_b"). d_corr_image is DITM's variant (Jang et al. 2025, Sec. IV-B):
-the order of the distances to the chain's image, +1 when the most specific text is closest, ties treated alike.
+exact string match; d_corr is the mean Kendall tau between the radii of a chain's texts and their levels.
+Ties follow `tie_rule`: by default ("fair") a pair of tied radii counts 0 (in order on a coin toss) and distinct
+texts with one embedding count as one retrieved text, a hit in proportion to its true members; "optimistic" counts
+tied radii as in order, as the code's `kendalltau(radii.argsort(), [1, 2, 3, 4])` does, and "pessimistic" as out
+of order (d_corr_method="tau_b" uses tau-b instead, which counts them as neither). d_corr_image is DITM's variant
+(Jang et al. 2025, Sec. IV-B): the order of the distances to the chain's image, +1 when the most specific text is
+closest, ties treated alike.
 
 One row per chain: the embeddings of its 4 texts, the texts themselves (equal strings are the same text; the
 searched pool is every distinct text of every chain) and the index of its image; the image embeddings and the
@@ -52,12 +55,15 @@ Args:
     image_embeds (`list` of `list` of `float`, `numpy.ndarray` or `torch.Tensor`): shape (num_images, d).
     root_embed (`list` of `float`, `numpy.ndarray` or `torch.Tensor`): the text embedding of "", shape (d,).
     num_thresholds (`int`, *optional*, defaults to 50): the number of radius thresholds.
-    d_corr_method (`str`, *optional*, defaults to `"official"`): how d_corr and d_corr_image treat tied values:
-        `"official"` (tau of the argsort, as the HierarCaps code: a tie counts as in order) or `"tau_b"` (Kendall's
-        tau-b: a tie counts as neither).
+    d_corr_method (`str`, *optional*, defaults to `"official"`): `"official"` (Kendall's tau over all pairs, as
+        the HierarCaps code, tied pairs credited by `tie_rule`) or `"tau_b"` (Kendall's tau-b: a tie counts as
+        neither).
+    tie_rule (`str`, *optional*, defaults to `"fair"`): how tied scores are credited: `"fair"` (the expected
+        credit when ties are broken at random), `"optimistic"` (in the query's favour) or `"pessimistic"` (against).
 Returns:
     precision (`float`), recall (`float`), recall_level_1 .. recall_level_4 (`float`): fractions in [0, 1].
     d_corr (`float`), d_corr_image (`float`): mean Kendall tau in [-1, 1].
+    tie_rule (`str`): the tie rule used.
     num_images (`int`), num_chains (`int`).
 Examples:
     >>> metric = evaluate.load("hierarcaps")
@@ -90,9 +96,9 @@ class HierarCaps(checked.CheckedMetric):
         )
 
     def _compute(self, chain_embeds, chain_texts, chain_to_image, image_embeds=None, root_embed=None,
-                 num_thresholds=50, d_corr_method="official"):
+                 num_thresholds=50, d_corr_method="official", tie_rule="fair"):
         if image_embeds is None or root_embed is None:
             raise ValueError("image_embeds and root_embed are required: pass them to compute()")
         _, text_embeds, chains = text_pool([[str(t) for t in chain] for chain in chain_texts], chain_embeds)
         return hierarcaps(image_embeds, text_embeds, chains, root_embed, chain_to_image=chain_to_image,
-                          num_thresholds=num_thresholds, d_corr_method=d_corr_method)
+                          num_thresholds=num_thresholds, d_corr_method=d_corr_method, tie_rule=tie_rule)

@@ -13,10 +13,12 @@ Image-text retrieval Recall@K with one or more captions per image (COCO and Flic
 ShareGPT4V one long caption), as reported by HiMo-CLIP (Tables 1-2), OneLIP (Tables 1-2), DITM (Sec. IV-B) and
 F-CAST (Table 1). Scores are dot products of the embeddings, i.e. cosine similarities for L2-normalised embeddings
 (pass normalised ones). Image-to-text: an image is a hit at K if any of its captions is among its K best-scored
-texts; text-to-image: a caption is a hit at K if its image is among its K best-scored images. Ties count in the
-query's favour: the number of queries with a tie is returned, and embeddings whose rows are mostly duplicates (a
-collapsed model) raise a `DegenerateEmbeddingsWarning`. RSUM is the sum of the recalls. Computed over chunks of queries, never materialising the full
-similarity matrix.
+texts; text-to-image: a caption is a hit at K if its image is among its K best-scored images. Tied scores get their
+expected credit under random tie-breaking by default (`tie_rule="fair"`: a positive with g candidates above it and
+t negatives tied with it counts (K - g) / (t + 1), clipped to [0, 1]); `"optimistic"` counts ties as hits,
+`"pessimistic"` as misses. The number of queries with a tie is returned, and embeddings whose rows are mostly
+duplicates (a collapsed model) raise a `DegenerateEmbeddingsWarning`. RSUM is the sum of the recalls. Computed over
+chunks of queries, never materialising the full similarity matrix.
 
 One row per caption: its embedding and the index of its image; the image embeddings are a keyword argument.
 Embeddings are stored as float32 and handed over as Python lists: for very large sets (e.g. 150k captions) call
@@ -40,17 +42,20 @@ Args:
         image needs at least one caption.
     ks (`tuple` of `int`, *optional*, defaults to `(1, 5, 10)`): the K of Recall@K.
     chunk_size (`int`, *optional*): queries scored at a time; by default as many as fit 2**24 scores.
+    tie_rule (`str`, *optional*, defaults to `"fair"`): how tied scores are credited: `"fair"` (the expected
+        credit when ties are broken at random), `"optimistic"` (in the query's favour) or `"pessimistic"` (against).
 Returns:
-    i2t_r1, i2t_r5, i2t_r10 (`float`): image-to-text Recall@K in percent (keys follow `ks`).
-    t2i_r1, t2i_r5, t2i_r10 (`float`): text-to-image Recall@K in percent.
+    r1_i2t, r5_i2t, r10_i2t (`float`): image-to-text Recall@K in percent (keys follow `ks`).
+    r1_t2i, r5_t2i, r10_t2i (`float`): text-to-image Recall@K in percent.
     rsum (`float`): sum of the recalls.
     num_images (`int`), num_texts (`int`).
-    i2t_ties, t2i_ties (`int`): queries whose best positive ties with a negative candidate.
+    ties_i2t, ties_t2i (`int`): queries whose best positive ties with a negative candidate.
+    tie_rule (`str`): the tie rule used.
 Examples:
     >>> retrieval = evaluate.load("long_text_retrieval")
     >>> result = retrieval.compute(text_embeds=[[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]], text_to_image=[0, 1, 1],
     ...                            image_embeds=[[1.0, 0.0], [0.0, 1.0]], ks=(1,))
-    >>> result["i2t_r1"], result["t2i_r1"], result["rsum"]
+    >>> result["r1_i2t"], result["r1_t2i"], result["rsum"]
     (100.0, 100.0, 200.0)
 """
 
@@ -70,7 +75,9 @@ class LongTextRetrieval(checked.CheckedMetric):
             reference_urls=["https://arxiv.org/abs/1707.05612", "https://arxiv.org/abs/2511.06653"],
         )
 
-    def _compute(self, text_embeds, text_to_image, image_embeds=None, ks=(1, 5, 10), chunk_size=None):
+    def _compute(self, text_embeds, text_to_image, image_embeds=None, ks=(1, 5, 10), chunk_size=None,
+                 tie_rule="fair"):
         if image_embeds is None:
             raise ValueError("image_embeds is required: pass image_embeds=... to compute()")
-        return long_text_retrieval(image_embeds, text_embeds, text_to_image, ks=ks, chunk_size=chunk_size)
+        return long_text_retrieval(image_embeds, text_embeds, text_to_image, ks=ks, chunk_size=chunk_size,
+                                   tie_rule=tie_rule)

@@ -11,8 +11,9 @@ _DESCRIPTION = """\
 Zero-shot image classification as in CLIP (Radford et al. 2021) and OneLIP (Table 3): each class is represented by
 the prompt-ensemble embedding of its name (see `hf_longclip.metrics.class_embeddings` and `format_prompts`), and
 an image is classified as the class of highest similarity. Top-k accuracy in percent; an image counts as correct at
-k if fewer than k classes score strictly higher than its true class. k larger than the number of classes is an
-error.
+k if its true class is among the k best-scored. A true class with g classes above it and t tied with it counts
+(k - g) / (t + 1), clipped to [0, 1], by default (`tie_rule="fair"`, its chance under random tie-breaking);
+`"optimistic"` counts g < k, `"pessimistic"` g + t < k. k larger than the number of classes is an error.
 
 One row per image: its embedding and its label; the class embeddings are a keyword argument. Embeddings are stored
 as float32.
@@ -40,14 +41,17 @@ Args:
     class_embeds (`list` of `list` of `float`, `numpy.ndarray` or `torch.Tensor`): shape (num_classes, d).
     ks (`tuple` of `int`, *optional*, defaults to `(1, 5)`): the k of top-k accuracy (each <= num_classes).
     chunk_size (`int`, *optional*, defaults to 4096): images scored at a time.
+    tie_rule (`str`, *optional*, defaults to `"fair"`): how tied scores are credited: `"fair"` (the expected
+        credit when ties are broken at random), `"optimistic"` (in the query's favour) or `"pessimistic"` (against).
 Returns:
     top1, top5 (`float`): top-k accuracy in percent (keys follow `ks`).
     num_samples (`int`): number of images.
+    tie_rule (`str`): the tie rule used.
 Examples:
     >>> metric = evaluate.load("zero_shot_classification")
     >>> metric.compute(image_embeds=[[1.0, 0.2], [0.1, 1.0], [1.0, 0.0]], labels=[0, 1, 1],
     ...                class_embeds=[[1.0, 0.0], [0.0, 1.0]], ks=(1, 2))
-    {'top1': 66.66666666666666, 'top2': 100.0, 'num_samples': 3}
+    {'top1': 66.66666666666666, 'top2': 100.0, 'num_samples': 3, 'tie_rule': 'fair'}
 """
 
 
@@ -66,7 +70,8 @@ class ZeroShotClassification(checked.CheckedMetric):
             reference_urls=["https://arxiv.org/abs/2103.00020", "https://github.com/openai/CLIP"],
         )
 
-    def _compute(self, image_embeds, labels, class_embeds=None, ks=(1, 5), chunk_size=4096):
+    def _compute(self, image_embeds, labels, class_embeds=None, ks=(1, 5), chunk_size=4096, tie_rule="fair"):
         if class_embeds is None:
             raise ValueError("class_embeds is required: pass class_embeds=... to compute()")
-        return zero_shot_classification(image_embeds, class_embeds, labels, ks=ks, chunk_size=chunk_size)
+        return zero_shot_classification(image_embeds, class_embeds, labels, ks=ks, chunk_size=chunk_size,
+                                        tie_rule=tie_rule)

@@ -11,24 +11,27 @@ from __future__ import annotations
 from ...evaluation.encoding import ImageColumn, cached_text_encoder, encode_images
 from ...evaluation.tasks import himo_task, ssi_task
 from ...metrics.retrieval import recall_at_k
+from ...metrics.ties import DEFAULT_TIE_RULE
 from .objective import kept_components
 
 
 def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, progress: bool = True,
-                           hide_tau: float | None = None, hide_batch_size: int = 64) -> dict:
+                           hide_tau: float | None = None, hide_batch_size: int = 64,
+                           tie_rule: str = DEFAULT_TIE_RULE) -> dict:
     """The main job's summary: R@1 both ways on full captions, HiMo@2 / HiMo@3 (Eq. 6) on K cumulative segments,
     HiMo@K (Eq. 5) on all sentence prefixes, the mean similarity at each prefix length (for plots) and, where rows
     carry a `distractor`, SSI (Eq. 22, distractor appended). With `hide_tau`: `hide_m`, the mean number of principal
-    components HiDe keeps at that threshold over consecutive batches of `hide_batch_size` test captions."""
+    components HiDe keeps at that threshold over consecutive batches of `hide_batch_size` test captions. R@1 and
+    HiMo@2 / HiMo@3 credit ties by `tie_rule` (`hf_longclip.metrics.ties`), recorded under `tie_rule`."""
     model.eval()
     encode = cached_text_encoder(model, processor, batch_size, progress)  # SSI rescores HiMo@K's prefixes
     image_embeds = encode_images(model, processor, ImageColumn(dataset), batch_size, progress)
     caption_embeds = encode(dataset["caption"])
     similarity = image_embeds @ caption_embeds.T
-    himo = himo_task(dataset.select_columns(["sentences"]), encode, image_embeds)
-    results = {"r1_i2t": recall_at_k(similarity, 1), "r1_t2i": recall_at_k(similarity.T, 1),
+    himo = himo_task(dataset.select_columns(["sentences"]), encode, image_embeds, tie_rule)
+    results = {"r1_i2t": recall_at_k(similarity, 1, tie_rule), "r1_t2i": recall_at_k(similarity.T, 1, tie_rule),
                **{key: himo[key] for key in ("himo@2", "himo@3", "himo@k", "mean_similarity_by_prefix",
-                                             "num_images", "num_prefixes")}}
+                                             "num_images", "num_prefixes", "tie_rule")}}
     if "distractor" in dataset.column_names:
         results["ssi"] = ssi_task(dataset.select_columns(["sentences", "distractor"]), encode, image_embeds)["ssi"]
     if hide_tau is not None:
