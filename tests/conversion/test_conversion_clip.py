@@ -35,11 +35,11 @@ TOLERANCE = 1e-4
 
 def open_clip_modules():
     """open_clip's `model` and `tokenizer` modules, imported without the package `__init__` (see the docstring)."""
-    spec = importlib.util.find_spec("open_clip")
-    if spec is None:
-        raise RuntimeError("the parity tests need open_clip: pip install --no-deps open_clip_torch==3.3.0 ftfy")
     stubs = {}
-    if "open_clip" not in sys.modules:
+    if "open_clip" not in sys.modules:  # else placed by an earlier call (a test module importing this one)
+        spec = importlib.util.find_spec("open_clip")
+        if spec is None:
+            raise RuntimeError("the parity tests need open_clip: pip install --no-deps open_clip_torch==3.3.0 ftfy")
         package = types.ModuleType("open_clip")
         package.__path__ = list(spec.submodule_search_locations)
         sys.modules["open_clip"] = package
