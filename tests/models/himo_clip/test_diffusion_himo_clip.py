@@ -60,7 +60,7 @@ def test_the_hook_returns_a_clip_text_model_with_the_long_towers_config_and_weig
 def test_pipeline_prompt_embeds_are_the_himo_text_models_last_hidden_state_beyond_77_tokens(long_pipe, himo):
     embeds = prompt_embeds(long_pipe, PROMPT)
     assert embeds.shape == (1, 248, WIDTH)
-    input_ids = tiny_processor()(text=[PROMPT])["input_ids"]  # HiMo's own processor: padded to 248
+    input_ids = tiny_processor()(text=[PROMPT], padding="max_length")["input_ids"]  # to 248, as the pipeline pads
     with torch.no_grad():
         expected = himo.get_text_features(input_ids=input_ids).last_hidden_state
     assert torch.equal(embeds, expected)

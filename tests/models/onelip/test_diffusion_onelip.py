@@ -49,7 +49,7 @@ def test_the_hook_returns_the_rope_tower_copied(onelip):
 def test_prompt_embeds_are_onelips_token_states_and_late_words_change_them(pipe, onelip):
     embeds = prompt_embeds(pipe, PROMPT)
     assert embeds.shape == (1, LENGTH, WIDTH)
-    ids = tiny_onelip_processor(LENGTH)(text=[PROMPT, LATE_CHANGE])["input_ids"]
+    ids = tiny_onelip_processor(LENGTH)(text=[PROMPT, LATE_CHANGE], padding="max_length")["input_ids"]  # as the pipe
     assert (ids[0] != ids[1]).nonzero().min() == FIRST_DIFFERENCE > CLIP_POSITIONS
     with torch.no_grad():
         expected = onelip.get_text_features(input_ids=ids[:1]).last_hidden_state
