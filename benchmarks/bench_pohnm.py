@@ -31,7 +31,7 @@ import psutil
 import torch
 from common import clip_config, compare, random_batch
 
-from hf_longclip import OneLIPModel
+from hf_longclip import OneLIPForPreTraining
 from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
 from hf_longclip.models.onelip.negative_bank import NegativeBank
 from hf_longclip.models.onelip.task import OneLIPTask
@@ -81,7 +81,7 @@ def model_step_seconds(batch_size: int, repeats: int) -> float:
     """One OneLIP training step (teacher + TRIM + Eq. 10, backward, AdamW) of the main job's model size."""
     torch.manual_seed(0)
     base = CLIPModel(clip_config(positions=77)).eval()
-    model = OneLIPModel.from_clip(base, max_length=248).train()
+    model = OneLIPForPreTraining.from_clip(base, max_length=248).train()
     task = OneLIPTask(model, collate_fn=None, teacher=base)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     batch = random_batch(batch_size, 248)

@@ -22,7 +22,7 @@ baseline's batch, and a compiled configuration at its eager one, so that compare
 Configurations (`--configs` takes names or ids such as `himo/compile`; `--modes eager,compile`):
     clip77, clip248   transformers' CLIPModel, symmetric InfoNCE (`return_loss=True`), texts of 77 / 248 tokens
     himo              HiMoCLIPModel, MoLo with HiDe, 248 tokens
-    onelip            OneLIPModel, Eq. 10 with TRIM (trim_decomposition="auto"), teacher a frozen 77-token
+    onelip            OneLIPForPreTraining, Eq. 10 with TRIM (trim_decomposition="auto"), teacher a frozen 77-token
                       CLIPTextModel of the same size (forward included in the step and its FLOPs)
     onelip_hnm        the same with PO-HNM's hard negatives: a stand-in for the queues feeds M = 1024 random unit
                       embeddings per sample, every slot filled, through OneLIPTask's path (no faiss, no bank, no disk)
@@ -123,7 +123,7 @@ from hf_longclip import (  # noqa: E402
     HiMoCLIPConfig,
     HiMoCLIPModel,
     OneLIPConfig,
-    OneLIPModel,
+    OneLIPForPreTraining,
 )
 from hf_longclip.modeling_common.dual_encoder import end_of_text_positions  # noqa: E402
 from hf_longclip.models.onelip.configuration_onelip import OneLIPTextConfig  # noqa: E402
@@ -353,8 +353,8 @@ class FixedHardNegatives:
 
 def build_onelip(s: Sizes, data: RandomData, hard_negatives: bool = False) -> Workload:
     """OneLIP's one-stage step (OneLIPTask): frozen 77-token CLIP text teacher, TRIM, the three terms of Eq. 10."""
-    model = OneLIPModel(OneLIPConfig(text_config=dict(text_config(s, LONG), base_length=SHORT),
-                                     vision_config=vision_config(s), projection_dim=s.projection_dim))
+    model = OneLIPForPreTraining(OneLIPConfig(text_config=dict(text_config(s, LONG), base_length=SHORT),
+                                              vision_config=vision_config(s), projection_dim=s.projection_dim))
     teacher = CLIPTextModel(CLIPTextConfig(**text_config(s, SHORT)))
     queues = FixedHardNegatives(data, s.hard_negatives, s.projection_dim) if hard_negatives else None
     task = OneLIPTask(model, collate_fn=None, teacher=teacher, hard_negatives=queues, trim_decomposition="auto")

@@ -189,8 +189,10 @@ def check_output_dir(loop_args: LoopArguments, run_signature_part: dict) -> None
     `checkpoints/<run>/` below it, `--seeds` runs included): checkpoints there but no `--resume_from_checkpoint` (nor
     `--overwrite_output_dir`), `latest` with only invalid ones, or a checkpoint to resume whose script arguments
     (`run_signature_part`, the signature's "run" group) differ, unless `--allow_changed_arguments`. The loop checks
-    the same per run, with the loop's arguments as each run uses them."""
-    runs = sorted({path.parent for path in Path(loop_args.output_dir).glob("**/checkpoints/*/step_*")})
+    the same per run, with the loop's arguments as each run uses them. A cached base's own checkpoints (under a
+    `cached_pretraining` root, marked by its recipe.json) are the base's, not this run's: its build checks them."""
+    runs = sorted({path.parent for path in Path(loop_args.output_dir).glob("**/checkpoints/*/step_*")
+                   if not (path.parent.parent.parent / BASE_RECIPE).is_file()})
     resume = loop_args.resume_from_checkpoint
     try:
         resumed = [Path(resume)] if resume and resume != "latest" else []
@@ -343,6 +345,9 @@ def check_finished_variants(eval_files: Mapping[str, Path], loop_args: LoopArgum
             f"--overwrite_output_dir to train them afresh, or another --output_dir")
 
 
+BASE_RECIPE = "recipe.json"  # what a cached base was built from, in its root (`cached_pretraining`)
+
+
 def cached_pretraining(accelerator: Accelerator, cache_dir: str | Path, prefix: str, name: str, recipe: Mapping,
                        build: Callable[[], tuple[Task, object]], dataset, loop_args: LoopArguments,
                        label: str) -> tuple[str, list[dict]]:
@@ -370,7 +375,7 @@ def cached_pretraining(accelerator: Accelerator, cache_dir: str | Path, prefix: 
                 # what built it, besides the key: another thread count or torch version gives other (close) weights
                 built_with = {"torch": torch.__version__, "threads": torch.get_num_threads(),
                               "processes": accelerator.num_processes}
-                write_atomic(root / "recipe.json", json.dumps({**recipe, "built_with": built_with}, indent=2))
+                write_atomic(root / BASE_RECIPE, json.dumps({**recipe, "built_with": built_with}, indent=2))
             train_variants(accelerator, [name], lambda _: build(), lambda model, processor: {}, dataset,
                            replace(loop_args, output_dir=str(root), seeds=""), LoraArguments(),
                            phase="base pretraining")
