@@ -52,6 +52,15 @@ def _encode(items, embed: Callable, batch_size: int, progress: bool, description
     return F.normalize(embeddings, dim=-1) if normalize else embeddings
 
 
+def retrieval_texts(dataset) -> tuple[list[str], list[int]]:
+    """The texts a retrieval task encodes, every row's `captions` in order (or its single `caption`), and the row
+    (image) each belongs to."""
+    if "captions" in dataset.column_names:
+        groups = dataset["captions"]
+        return [text for group in groups for text in group], [i for i, group in enumerate(groups) for _ in group]
+    return dataset["caption"], list(range(len(dataset)))
+
+
 def encode_texts(model, processor, texts: Sequence[str], batch_size: int = 128, progress: bool = False,
                  normalize: bool = True) -> torch.Tensor:
     """L2-normalised text embeddings (CPU float32); `normalize=False`: the model's `pooler_output` as it is (the

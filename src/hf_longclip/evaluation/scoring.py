@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from ..metrics.retrieval import long_text_retrieval
 from ..metrics.ties import DEFAULT_TIE_RULE
-from .encoding import ImageColumn, encode_texts, image_inputs
+from .encoding import ImageColumn, encode_texts, image_inputs, retrieval_texts
 
 SCORING_MODES = ("global", "conditioned", "conditioned-topk")
 DEFAULT_TOPK = 128  # FLAIR's README recommends k = 128 or 256
@@ -135,12 +135,7 @@ def conditioned_retrieval_task(model, processor, dataset, scoring: str = "condit
     for a model whose own inference is the whole level (F-CAST), ``scoring_note``; ties credited by `tie_rule`. No
     fold means and no CxC: the whole set only, as FLAIR reports it."""
     check_scoring(model, scoring, topk)
-    if "captions" in dataset.column_names:
-        groups = dataset["captions"]
-        texts = [text for group in groups for text in group]
-        owners = [i for i, group in enumerate(groups) for _ in group]
-    else:
-        texts, owners = dataset["caption"], list(range(len(dataset)))
+    texts, owners = retrieval_texts(dataset)
     queries = encode_texts(model, processor, texts, batch_size, progress, normalize=False)
     scores = conditioned_score_matrix(model, processor, ImageColumn(dataset), queries,
                                       topk if scoring == "conditioned-topk" else None, batch_size, pairs_per_chunk,

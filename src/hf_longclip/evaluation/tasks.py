@@ -42,7 +42,7 @@ from ..metrics.zero_shot import (
     format_prompts,
     zero_shot_classification,
 )
-from .encoding import ImageColumn, encode_images, encode_texts
+from .encoding import ImageColumn, encode_images, encode_texts, retrieval_texts
 from .scoring import DEFAULT_TOPK, check_scoring, conditioned_retrieval_task
 
 
@@ -79,12 +79,7 @@ def retrieval_task(dataset, encode, image_embeds, folds: int | None = None, tie_
     have `captions` and there are exactly 5000 of them (the COCO 5K test split); ``folds=N`` asks for N folds; 0 or 1
     adds none. Rows carrying the Crisscrossed Captions columns (`hf_longclip.data.benchmarks.load_coco_cxc`) add
     ``"cxc"``: `cxc_task` on the same embeddings. Ties are credited by ``tie_rule`` (`hf_longclip.metrics.ties`)."""
-    if "captions" in dataset.column_names:
-        groups = dataset["captions"]
-        texts = [text for group in groups for text in group]
-        owners = [i for i, group in enumerate(groups) for _ in group]
-    else:
-        texts, owners = dataset["caption"], list(range(len(dataset)))
+    texts, owners = retrieval_texts(dataset)
     text_embeds = encode(texts)
     result = long_text_retrieval(image_embeds, text_embeds, owners, tie_rule=tie_rule)
     if folds is None:
