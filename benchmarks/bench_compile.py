@@ -18,9 +18,7 @@ the eager step's for the main job's models, in one process.
 
 import argparse
 import copy
-import datetime
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -28,6 +26,8 @@ from pathlib import Path
 
 import torch
 from common import clip_config, compare, random_batch
+
+from hf_longclip.training.provenance import provenance
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 
@@ -115,13 +115,6 @@ def speed(batch_size: int, text_length: int, repeats: int, backend: str) -> dict
     return results
 
 
-def cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-             if line.startswith("model name")] if cpuinfo.exists() else []
-    return names[0] if names else platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch-size", type=int, default=64, help="the main job's per-process batch")
@@ -131,9 +124,7 @@ def main() -> None:
     parser.add_argument("--breaks-only", action="store_true")
     parser.add_argument("--json", type=Path, help="write the results there")
     args = parser.parse_args()
-    environment = {"date": datetime.date.today().isoformat(), "cpu": cpu_name(),
-                   "threads": torch.get_num_threads(), "torch": torch.__version__, "backend": args.backend,
-                   "command": "python " + " ".join(sys.argv)}
+    environment = {**provenance(), "backend": args.backend}
     print(environment, flush=True)
     results = {"environment": environment, "graph_breaks": graph_breaks()}
     if not args.breaks_only:

@@ -16,6 +16,8 @@ or, without one, a short-caption CLIP-77 built by the recipe of train_himo.py's 
 is). Then
 each variant starts from that base and is trained identically (same data order, steps and optimiser) in one stage:
   clip-248       Long-CLIP stretching of the position table (77 -> 248), global InfoNCE ("fine-tuned CLIP")
+  longclip       Long-CLIP's whole recipe (train_himo.py's row): the stretching, long-caption InfoNCE + the first
+                 sentence against the images' 32 principal components, label smoothing 0.1
   onelip-pooled  OneLIP without TRIM: RoPE/NTK encoder, L_coarse + pooled distillation + contrastive (Table 4)
   onelip         OneLIP: RoPE/NTK encoder, L_coarse + TRIM token-wise distillation + contrastive (Eq. 10)
   clip-77-ft, clip-128, onelip-77, onelip-128: the same at other maximum training lengths, for Fig. 3 (the CLIP
@@ -91,7 +93,7 @@ from hf_longclip.training.recipe import (
     train_variants,
     warn_synthetic_fine_tuning,
 )
-from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+from hf_longclip.models.himo_clip.task import FirstSentenceCollator, HiMoCLIPTask, LongCLIPTask
 from hf_longclip.models.onelip.task import OneLIPTask
 from hf_longclip.training.task import ContrastiveTask
 
@@ -100,6 +102,7 @@ ONELIP_BASE = "base"  # the row of a OneLIP --base_checkpoint (e.g. converted TU
 BASE_LENGTH = 77
 VARIANTS = {  # name: (method, maximum training length); "clip": Long-CLIP stretching + global InfoNCE
     "clip-248": ("clip", 248),
+    "longclip": ("longclip", 248),
     "onelip-pooled": ("pooled", 248),
     "onelip": ("trim", 248),
     "clip-77-ft": ("clip", 77),
@@ -107,9 +110,8 @@ VARIANTS = {  # name: (method, maximum training length); "clip": Long-CLIP stret
     "onelip-77": ("trim", 77),
     "onelip-128": ("trim", 128),
 }
+ONELIP_METHODS = ("pooled", "trim")  # the others adapt a CLIPModel (HiMoCLIPModel.from_clip)
 TULIP_STAGES = ("tulip-distill", "tulip")  # `--variants tulip` trains both, in this order
-# Long-CLIP's recipe (its short-caption term against the image features' principal components) joins as a row of its
-# own here, built on the Long-CLIP objective of `hf_longclip.objectives`, when that objective exists.
 TABLE4 = {  # Table 4's rows: name -> (queue size as a fraction of --hnm_queue_size M, refreshed online)
     "table4-trim": (0.0, False),
     "table4-hnm": (1.0, False),
@@ -198,9 +200,11 @@ def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: in
         teacher = load_clip(args.teacher_checkpoint, trust_remote_code)
     else:
         teacher = clip = load_clip(base, trust_remote_code)
-        if method == "clip":
+        if method in ("clip", "longclip"):
             model = HiMoCLIPModel.from_clip(clip, stretch_positions=length > BASE_LENGTH)
             processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
+            if method == "longclip":
+                return LongCLIPTask(model, FirstSentenceCollator(processor)), processor
             return HiMoCLIPTask(model, ImageTextCollator(processor), molo_lambda=0.0), processor
         model = OneLIPForPreTraining.from_clip(clip, max_length=length)
     processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
@@ -308,9 +312,10 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
     base = (script_args.base_checkpoint or backbone.init_from_clip
             or short_caption_base(accelerator, backbone, dataset, loop_args))
     onelip_base = bool(script_args.base_checkpoint) and is_onelip_checkpoint(base, backbone.trust_remote_code)
-    if onelip_base and (refused := [v for v in variants if v not in VARIANTS or VARIANTS[v][0] == "clip"]):
+    refused = [v for v in variants if v not in VARIANTS or VARIANTS[v][0] not in ONELIP_METHODS]
+    if onelip_base and refused:
         raise SystemExit(f"--base_checkpoint {base} holds a OneLIP checkpoint: only the OneLIP rows "
-                         f"{[v for v, (method, _) in VARIANTS.items() if method != 'clip']} start from it, not "
+                         f"{[v for v, (method, _) in VARIANTS.items() if method in ONELIP_METHODS]} start from it, not "
                          f"{refused} (they need a 77-token CLIPModel)")
     if onelip_base and not script_args.teacher_checkpoint:
         raise SystemExit(f"--base_checkpoint {base} holds a OneLIP checkpoint: name the CLIP whose text encoder is "

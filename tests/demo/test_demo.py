@@ -146,8 +146,9 @@ def test_one_attention_map_per_sentence_over_the_image_shown(row):
     assert shown.dtype.name == "uint8" and shown.shape == (32, 32, 3) and len(maps) == 3
     for heat in maps:
         assert heat.shape == (32, 32) and heat.min() >= 0
-        if row == "flair":  # a ViT's patches carry the attention straight to the pixels; CAST's soft assignments
-            assert heat.sum() == pytest.approx(1.0, abs=1e-4)  # need not keep its mass (segments_to_pixels)
+        assert heat.sum() <= 1.0 + 1e-4  # the attention's mass, less what falls on superpixel ids without pixels
+        if row == "flair":  # a ViT's patches all have pixels
+            assert heat.sum() == pytest.approx(1.0, abs=1e-4)
     # the image shown is the processor's pixels, un-normalised
     pixels = processor(images=random_images(1))["pixel_values"][0]
     mean, std = (torch.tensor(v).view(3, 1, 1) for v in (processor.image_processor.image_mean,

@@ -12,7 +12,7 @@ every term.
 
 from .clip import ClipLoss
 from .longclip import LongCLIPLoss, principal_component_reconstruction
-from .losses import check_paired_embeddings, contrastive_loss, gather_with_grad, sigmoid_loss
+from .losses import check_paired_embeddings, contrastive_loss, gather_rows_with_grad, gather_with_grad, sigmoid_loss
 
-__all__ = ["ClipLoss", "LongCLIPLoss", "check_paired_embeddings", "contrastive_loss", "gather_with_grad",
-           "principal_component_reconstruction", "sigmoid_loss"]
+__all__ = ["ClipLoss", "LongCLIPLoss", "check_paired_embeddings", "contrastive_loss", "gather_rows_with_grad",
+           "gather_with_grad", "principal_component_reconstruction", "sigmoid_loss"]

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_with_grad
+from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_rows_with_grad
 
 
 class ClipLoss(nn.Module):
@@ -16,8 +16,7 @@ class ClipLoss(nn.Module):
 
     def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor) -> dict:
         check_paired_embeddings(image_embeds, text_embeds)
-        all_image, offset = gather_with_grad(image_embeds)
-        all_text, _ = gather_with_grad(text_embeds)
+        (all_image, all_text), offset = gather_rows_with_grad(image_embeds, text_embeds)
         loss = contrastive_loss(image_embeds, text_embeds, all_image, all_text, logit_scale, offset,
                                 self.label_smoothing)
         return {"contrastive_loss": loss}

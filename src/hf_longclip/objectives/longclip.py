@@ -8,7 +8,7 @@ it too."""
 import torch
 from torch import nn
 
-from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_with_grad
+from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_rows_with_grad
 
 LONGCLIP_COMPONENTS = 32  # `self.PCA(image_features_long, 32)` in the release
 LONGCLIP_LABEL_SMOOTHING = 0.1  # both cross-entropies of both terms in the release
@@ -54,10 +54,8 @@ class LongCLIPLoss(nn.Module):
             image, text, short_text = image_embeds.float(), text_embeds.float(), short_text_embeds.float()
             coarse_image = principal_component_reconstruction(image, self.num_components)
             scale = logit_scale.float()
-            all_image, offset = gather_with_grad(image)
-            all_text, _ = gather_with_grad(text)
-            all_coarse_image, _ = gather_with_grad(coarse_image)
-            all_short_text, _ = gather_with_grad(short_text)
+            (all_image, all_text, all_coarse_image, all_short_text), offset = gather_rows_with_grad(
+                image, text, coarse_image, short_text)
             return {
                 "long_loss": contrastive_loss(image, text, all_image, all_text, scale, offset, self.label_smoothing),
                 "short_loss": contrastive_loss(coarse_image, short_text, all_coarse_image, all_short_text, scale,

@@ -31,6 +31,15 @@ def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     return torch.cat(all_gather(tensor)), dist.get_rank() * tensor.shape[0]
 
 
+def gather_rows_with_grad(*tensors: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], int]:
+    """`gather_with_grad` of several (rows, width) tensors of one dtype with the same rows, in one collective (side
+    by side, gathered, cut apart again); returns the global tensors and this rank's row offset."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return tensors, 0
+    gathered, offset = gather_with_grad(torch.cat(tensors, dim=1))
+    return gathered.split([tensor.shape[1] for tensor in tensors], dim=1), offset
+
+
 def check_paired_embeddings(image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> None:
     """Raise a ValueError naming the problem unless both are non-empty (batch, dim) tensors that pair up row by row."""
     if image_embeds.ndim != 2 or text_embeds.ndim != 2:

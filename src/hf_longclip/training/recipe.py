@@ -49,6 +49,7 @@ from .checkpoint import (
 from .hub import ModelCardInfo, build_model_card, push_to_hub
 from .loop import make_accelerator, save_model, train, whole_model_init
 from .lora import LoraArguments, apply_lora, count_parameters, merge_lora
+from .provenance import provenance
 from .results import format_table, summarize_seeds
 from .task import OPTIONS_FILE, Task, save_options
 
@@ -410,7 +411,7 @@ def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args:
                    name: str = "summary", title: str = "") -> dict | None:
     """A script's whole run, `run(loop_args) -> {variant: metrics}`, once with `--seed` or, with `--seeds 0,1,2`, once
     per seed with that seed and its own `<output_dir>/seed-<s>/` (each resumable). Then, on the main process,
-    `<output_dir>/<name>.json` (every seed's results and `summarize_seeds`) and, for several seeds, `<name>.png` (each
+    `<output_dir>/<name>.json` (every seed's results, `summarize_seeds` and the run's `provenance`) and, for several seeds, `<name>.png` (each
     metric's mean, std and seeds per variant) and the table of mean +- std on stdout (one seed: the run's own table
     says it all). Returns the summary (main process)."""
     seeds = loop_args.seed_list()
@@ -418,6 +419,7 @@ def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args:
         raise SystemExit("--push_to_hub with several --seeds would push each seed's checkpoints to the same repos: "
                          "push one seed's run")
     output_dir = Path(loop_args.output_dir)
+    started = time.perf_counter()
     if seeds:
         runs = {seed: run(replace(loop_args, seed=seed, seeds="", output_dir=str(output_dir / f"seed-{seed}")))
                 for seed in seeds}
@@ -429,7 +431,9 @@ def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args:
     output_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(output_dir / f"{name}.json", json.dumps(
         {"seeds": list(runs), "metrics": list(metrics), "summary": summary,
-         "runs": {str(seed): results for seed, results in runs.items()}}, indent=2))
+         "runs": {str(seed): results for seed, results in runs.items()},
+         "provenance": provenance(accelerator.num_processes, seeds=list(runs),
+                                  wall_seconds=round(time.perf_counter() - started, 1))}, indent=2))
     if len(runs) > 1:
         plot_seed_summary(summary, metrics, output_dir / f"{name}.png", title or f"{name}: {len(runs)} seeds")
         print(f"\nmean ± std over seeds {list(runs)} ({output_dir / name}.json, .png):")

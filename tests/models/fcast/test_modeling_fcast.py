@@ -215,17 +215,20 @@ def test_grounding_attention_over_segments_and_pixels():
     vision = model.get_image_features(inputs["pixel_values"], inputs["superpixels"])
     padded = vision.segment_masks[1] == 0
     assert (grounding.segment_attention.transpose(1, 2)[padded] == 0).all()
-    # pixel density: attention carried through the soft assignment A (196-level -> 64-level), read at each superpixel
-    # and spread over its area
+    # pixel density: each segment's attention shared among its superpixels in proportion to their membership in the
+    # soft assignment A (196-level -> 64-level), then spread over each superpixel's area
+    shares = vision.assignments[0] / vision.assignments[0].sum(1, keepdim=True)  # (4, 196, 6): columns sum to 1
     i, q, y, x = 1, 2, 5, 7
     label = inputs["superpixels"][i, y, x]
     area = (inputs["superpixels"][i] == label).sum()
-    expected = vision.assignments[0][i, label] @ grounding.segment_attention[i, q] / area
+    expected = shares[i, label] @ grounding.segment_attention[i, q] / area
     torch.testing.assert_close(grounding.pixel_attention[i, q, y, x], expected)
-    on_superpixels = torch.stack([vision.assignments[0][b, inputs["superpixels"][b].unique()].sum(0)
-                                  for b in range(4)])  # (4, 6): each segment's stage-0 mass that has pixels
+    on_superpixels = torch.stack([shares[b, inputs["superpixels"][b].unique()].sum(0)
+                                  for b in range(4)])  # (4, 6): each segment's share on superpixels with pixels
     torch.testing.assert_close(grounding.pixel_attention.sum((-2, -1)),
                                (grounding.segment_attention * on_superpixels[:, None]).sum(-1))
+    if (on_superpixels > 1 - 1e-6).all():  # every member has pixels: the map keeps the attention's whole mass
+        torch.testing.assert_close(grounding.pixel_attention.sum((-2, -1)), torch.ones(4, 3))
 
 
 def test_vit_grounding_reads_the_patches():

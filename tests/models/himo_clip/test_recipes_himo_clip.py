@@ -79,7 +79,9 @@ def test_first_sentence_batches():
     processor = tiny_processor()
     rows = [{"image": image, "caption": caption} for image, caption in zip(random_images(4), CAPTIONS)]
     batch = FirstSentenceCollator(processor)(rows)
-    assert batch["short_input_ids"].shape == batch["input_ids"].shape and len(batch["pixel_values"]) == 4
+    assert len(batch["short_input_ids"]) == len(batch["input_ids"]) == len(batch["pixel_values"]) == 4
+    shortest = processor(text=[first_sentence(row["caption"]) for row in rows], padding="longest")["input_ids"]
+    assert batch["short_input_ids"].shape == shortest.shape and shortest.shape[1] < batch["input_ids"].shape[1]
     for row, ids, mask in zip(rows, batch["short_input_ids"], batch["short_attention_mask"]):
         expected = processor(text=[first_sentence(row["caption"])], padding="longest")["input_ids"][0]
         assert torch.equal(ids[mask.bool()], expected)
@@ -108,9 +110,31 @@ def test_longclip_task_names_missing_or_misaligned_short_captions():
     task = LongCLIPTask(model, None)
     with pytest.raises(ValueError, match="short_input_ids"):
         task.compute_loss(model, {key: value for key, value in batch.items() if not key.startswith("short_")})
-    with pytest.raises(ValueError, match="padded as the long ones"):
-        task.compute_loss(model, {**batch, "short_input_ids": batch["short_input_ids"][:, :10],
-                                  "short_attention_mask": batch["short_attention_mask"][:, :10]})
+    with pytest.raises(ValueError, match="pair up one to one"):
+        task.compute_loss(model, {**batch, "short_input_ids": batch["short_input_ids"][:3],
+                                  "short_attention_mask": batch["short_attention_mask"][:3]})
+
+
+def test_short_captions_at_their_own_length_embed_as_padded_to_the_long_one():
+    """Long-CLIP pads the short captions to 248 tokens; the causal text encoder reads nothing past the end of text,
+    so padding them to their own longest gives the same embeddings, loss and gradients."""
+    model = tiny_himo().train()
+    batch = FirstSentenceCollator(tiny_processor())([{"image": image, "caption": caption} for image, caption in
+                                                     zip(random_images(4), CAPTIONS)])
+    length = batch["input_ids"].shape[1]
+    padded = {**batch, **{key: F.pad(batch[key], (0, length - batch[key].shape[1]))
+                          for key in ("short_input_ids", "short_attention_mask")}}
+    task = LongCLIPTask(model, None, num_components=2)
+    results = []
+    for inputs in (batch, padded):
+        model.zero_grad()
+        loss = sum(task.compute_loss(model, inputs).values())
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-6, atol=1e-6)
+    scale = max(grad.abs().max().item() for grad in results[1][1])
+    for own, long in zip(results[0][1], results[1][1]):  # within 1e-4 of the largest gradient
+        torch.testing.assert_close(own, long, rtol=1e-4, atol=1e-4 * scale)
 
 
 def _embeddings(n: int = 16, dim: int = 24):

@@ -62,6 +62,20 @@ def test_teacher_is_untouched_unoptimised_and_unsaved(accelerator, tmp_path):
     assert {f"onelip.{name}" for name in inference.state_dict()} == set(saved) - {"trim_refine.queries"}
 
 
+def test_teacher_runs_in_the_dtype_of_the_models_weights():
+    """With bf16 weights (DeepSpeed's bf16) the teacher is cast to bf16 before the step, outside the compiled region,
+    and its token states are the bf16 teacher's."""
+    clip = tiny_clip()
+    model = OneLIPForPreTraining.from_clip(clip).to(torch.bfloat16)
+    task = OneLIPTask(model, ImageTextCollator(tiny_onelip_processor()), teacher=clip, trim_top_k=20)
+    assert {p.dtype for p in task.teacher.parameters()} == {torch.float32}
+    batch = task.prepare_step(model, task.collate_fn(_rows()))
+    assert {p.dtype for p in task.teacher.parameters()} == {torch.bfloat16}
+    encoded = task.encode(model, {**batch, "pixel_values": batch["pixel_values"].to(torch.bfloat16)})
+    assert encoded["teacher_states"].dtype == torch.bfloat16
+    assert clip.text_model.embeddings.token_embedding.weight.dtype == torch.float32  # the caller's CLIP is untouched
+
+
 def test_loss_weights_follow_the_task_step_and_resume_with_it():
     clip = tiny_clip()
     model = OneLIPForPreTraining.from_clip(clip).eval()

@@ -19,7 +19,7 @@ from helpers.hub import TOKEN, hub_env
 from helpers.launch import CONFIGS, accelerate_launch, needs_deepspeed, run, script_env, weights
 from transformers import AutoModel, AutoModelForPreTraining
 
-from hf_longclip import OneLIPModel
+from hf_longclip import HiMoCLIPModel, OneLIPModel
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.models.himo_clip.base_clip import base_clip_task
 from hf_longclip.training.recipe import BackboneArguments
@@ -82,8 +82,8 @@ def test_table_and_figure_3_from_scratch(datasets_cache, tmp_path):
     header = "model R@1 I2T R@1 T2I short I2T short T2I hard I2T hard T2I train s".split()
     lines = result.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split() == header)
-    rows = [line.split()[0] for line in lines[start + 2: start + 14]]
-    assert rows == ["clip-77", "clip-248", "onelip-pooled", "onelip", "clip-77-ft", "clip-128", "onelip-77",
+    rows = [line.split()[0] for line in lines[start + 2: start + 15]]
+    assert rows == ["clip-77", "clip-248", "longclip", "onelip-pooled", "onelip", "clip-77-ft", "clip-128", "onelip-77",
                     "onelip-128", "table4-trim", "table4-hnm", "table4-pohnm-half", "table4-pohnm"]
     assert len(history(tmp_path, "table4-pohnm")) == 2  # one pass over 16 scenes in batches of 8
     results = json.loads((tmp_path / "results.json").read_text())["results"]
@@ -110,6 +110,9 @@ def test_table_and_figure_3_from_scratch(datasets_cache, tmp_path):
     assert all(set(TERMS) <= set(record) for record in onelip_history)
     assert "token_loss" in history(tmp_path, "onelip-pooled")[0] and "token_loss" not in history(tmp_path,
                                                                                                  "clip-248")[0]
+    # Long-CLIP's row: the stretched CLIP trained by Long-CLIP's objective (its short-caption term logged)
+    assert type(AutoModel.from_pretrained(tmp_path / "longclip", trust_remote_code=True)) is HiMoCLIPModel
+    assert {"long_loss", "short_loss"} <= set(history(tmp_path, "longclip")[0])
 
 
 def test_push_to_hub_renders_the_onelip_card(single_process):

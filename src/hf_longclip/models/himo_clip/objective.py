@@ -9,6 +9,7 @@ from hf_longclip.modeling_common.dual_encoder import check_on_device
 from hf_longclip.objectives.losses import (
     check_paired_embeddings,
     contrastive_loss,
+    gather_rows_with_grad,
     gather_with_grad,
 )
 
@@ -142,8 +143,7 @@ class MoLoLoss(nn.Module):
         check_paired_embeddings(image_embeds, text_embeds)
         with torch.autocast(device_type=image_embeds.device.type, enabled=False):
             image, text = image_embeds.float(), text_embeds.float()
-            all_image, offset = gather_with_grad(image)
-            all_text, _ = gather_with_grad(text)
+            (all_image, all_text), offset = gather_rows_with_grad(image, text)
             check_on_device(torch.isfinite(all_image).all() & torch.isfinite(all_text).all(),
                             "image or text embeddings contain NaN or inf")
             scale = logit_scale.float()

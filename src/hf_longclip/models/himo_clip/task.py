@@ -130,14 +130,14 @@ def first_sentence(caption: str) -> str:
 @dataclass
 class FirstSentenceCollator(ImageTextCollator):
     """`ImageTextCollator` plus `short_input_ids` / `short_attention_mask`: each caption's first sentence
-    (`first_sentence`), padded to the same length as the captions."""
+    (`first_sentence`), padded to the longest of them (Long-CLIP pads them to 248 tokens; CLIP's causal text encoder
+    gives the same embedding at any padding, and a short caption costs its own length, not the long one's)."""
 
     def __call__(self, rows: list[dict]) -> dict:
-        captions = [row[self.text_column] for row in rows]
         batch = super().__call__(rows)
-        texts = self.processor(text=captions + [first_sentence(caption) for caption in captions], padding="longest")
+        short = self.processor(text=[first_sentence(row[self.text_column]) for row in rows], padding="longest")
         for key in ("input_ids", "attention_mask"):
-            batch[key], batch[SHORT_PREFIX + key] = texts[key][:len(rows)], texts[key][len(rows):]
+            batch[SHORT_PREFIX + key] = short[key]
         return batch
 
 
@@ -155,19 +155,16 @@ class LongCLIPTask(KeptPositionsTask):
         super().__init__(model, collate_fn, LongCLIPLoss(num_components, label_smoothing))
 
     def encode(self, model: nn.Module, batch: dict) -> dict[str, torch.Tensor]:
-        """One forward (one DDP / ZeRO call) over the images and the long and short captions stacked."""
+        """The forward over the images and long captions (the DDP / ZeRO call), then the text tower over the short
+        captions at their own length; autograd sums both uses of the text weights before DDP's gradient hooks fire."""
         missing = [SHORT_PREFIX + key for key in ("input_ids", "attention_mask") if SHORT_PREFIX + key not in batch]
         if missing:
             raise ValueError(f"LongCLIPTask needs the short captions' {missing} (batches of FirstSentenceCollator)")
-        short = {key: batch[SHORT_PREFIX + key] for key in ("input_ids", "attention_mask")}
-        if short["input_ids"].shape != batch["input_ids"].shape:
-            raise ValueError(f"the short captions must be padded as the long ones (FirstSentenceCollator does): got "
-                             f"{tuple(short['input_ids'].shape)} and {tuple(batch['input_ids'].shape)}")
-        inputs = {key: value for key, value in batch.items() if not key.startswith(SHORT_PREFIX)}
-        for key, value in short.items():
-            inputs[key] = torch.cat([batch[key], value])
-        outputs = model(**inputs)
-        long_text, short_text = outputs.text_embeds.chunk(2)
+        outputs = model(**{key: value for key, value in batch.items() if not key.startswith(SHORT_PREFIX)})
+        unwrapped = getattr(model, "module", model)  # DDP's and DeepSpeed's engines hold the model as `.module`
+        short = unwrapped.get_text_features(batch[SHORT_PREFIX + "input_ids"],
+                                            attention_mask=batch[SHORT_PREFIX + "attention_mask"])
+        long_text, short_text = outputs.text_embeds, F.normalize(short.pooler_output, dim=-1)
         return {"image_embeds": outputs.image_embeds, "text_embeds": long_text, "short_text_embeds": short_text,
                 "logit_scale": outputs.logit_scale}
 

@@ -43,7 +43,7 @@ from torch import nn
 from transformers.utils import is_tracing
 
 from hf_longclip.modeling_common.dual_encoder import check_on_device
-from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_with_grad
+from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_rows_with_grad
 
 _EPS = 1e-8
 
@@ -273,8 +273,7 @@ class OneLIPLoss(nn.Module):
                 aggregated = refined_states.float()
                 n = min(aggregated.shape[1], base_length)
                 token = token_wise_loss(aggregated[:, :n], teacher[:, :n], teacher_valid[:, :n])
-            all_image, offset = gather_with_grad(image)
-            all_text, _ = gather_with_grad(text)
+            (all_image, all_text), offset = gather_rows_with_grad(image, text)
             extra = None
             if hard_negative_embeds is not None:
                 if hard_negative_embeds.shape[:1] + hard_negative_embeds.shape[2:] != image.shape or (

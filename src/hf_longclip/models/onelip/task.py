@@ -98,6 +98,7 @@ class OneLIPTask(ContrastiveTask):
         if isinstance(teacher, CLIPModel):
             teacher = teacher.text_model
         self.teacher = copy.deepcopy(teacher).requires_grad_(False).eval()
+        self.teacher_placement = None  # (device, dtype), set by prepare_step
         self.base_length = model.config.text_config.base_length
         self.eos_token_id = model.config.text_config.eos_token_id
         self.step = 0
@@ -115,7 +116,6 @@ class OneLIPTask(ContrastiveTask):
         and the teacher's token states on each text's first T_f tokens."""
         inputs = {key: value for key, value in batch.items() if key not in self.TASK_INPUTS}
         input_ids, attention_mask = inputs["input_ids"], inputs.get("attention_mask")
-        self.teacher.to(input_ids.device)
         with torch.no_grad():
             teacher_states = self.teacher(
                 input_ids=input_ids[:, : self.base_length],
@@ -128,8 +128,14 @@ class OneLIPTask(ContrastiveTask):
                 "refined_states": outputs.refined_text_states, "teacher_states": teacher_states}
 
     def prepare_step(self, model: torch.nn.Module, batch: dict) -> dict:
-        """In training with queues, the batch with each sample's queued hard negatives (`hard_negative_embeds`,
-        `hard_negative_mask`: host reads of the queues, outside the compiled step)."""
+        """The teacher put on the model's device and in its weights' dtype (bf16 under DeepSpeed's bf16; fp32 weights
+        under autocast, which computes in the autocast dtype), outside the compiled step; in training with queues, the
+        batch with each sample's queued hard negatives (`hard_negative_embeds`, `hard_negative_mask`: host reads of
+        the queues)."""
+        weight = next(model.parameters())
+        if self.teacher_placement != (weight.device, weight.dtype):
+            self.teacher.to(weight.device, weight.dtype)
+            self.teacher_placement = (weight.device, weight.dtype)
         if self.hard_negatives is None or not model.training:  # the validation loss is plain OneLIP's
             return batch
         if "sample_index" not in batch:
