@@ -22,7 +22,7 @@ each variant starts from that base and is trained identically (same data order, 
   onelip         OneLIP: RoPE/NTK encoder, L_coarse + TRIM token-wise distillation + contrastive (Eq. 10)
   clip-77-ft, clip-128, onelip-77, onelip-128: the same at other maximum training lengths, for Fig. 3 (the CLIP
                  rows keep 77 positions at 77 and use the stretched 248-position table truncated at 128)
-Then, with `--variants tulip`, TULIP's two-stage pipeline (`hf_longclip.models.onelip.tulip`) from the same base in
+Then (`tulip`), TULIP's two-stage pipeline (`hf_longclip.models.onelip.tulip`) from the same base in
 as many optimizer steps as each one-stage row: `tulip-distill` (stage 1: the RoPE text encoder distilled from the
 frozen base's text embeddings of the captions cut at 77 tokens, `--tulip_distill_steps`, loss
 `--tulip_distill_loss`), then `tulip` (stage 2: contrastive fine-tuning of both towers on the long captions, NTK-scaled
@@ -127,7 +127,7 @@ BACKBONE_DEFAULTS = dict(hidden_size=64)
 
 @dataclass
 class ScriptArguments:
-    variants: str = field(default=",".join([*VARIANTS, *TABLE4]),
+    variants: str = field(default=",".join([*VARIANTS, "tulip", *TABLE4]),
                           metadata={"help": f"comma list of {[*VARIANTS, 'tulip', *TABLE4]}"})
     base_checkpoint: str | None = field(default=None, metadata={
         "help": "77-token CLIPModel directory or Hub id to adapt (also the teacher), or a OneLIP checkpoint (e.g. "

@@ -82,9 +82,9 @@ def test_table_and_figure_3_from_scratch(datasets_cache, tmp_path):
     header = "model R@1 I2T R@1 T2I short I2T short T2I hard I2T hard T2I train s".split()
     lines = result.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split() == header)
-    rows = [line.split()[0] for line in lines[start + 2: start + 15]]
+    rows = [line.split()[0] for line in lines[start + 2: start + 17]]
     assert rows == ["clip-77", "clip-248", "longclip", "onelip-pooled", "onelip", "clip-77-ft", "clip-128", "onelip-77",
-                    "onelip-128", "table4-trim", "table4-hnm", "table4-pohnm-half", "table4-pohnm"]
+                    "onelip-128", "tulip-distill", "tulip", "table4-trim", "table4-hnm", "table4-pohnm-half", "table4-pohnm"]
     assert len(history(tmp_path, "table4-pohnm")) == 2  # one pass over 16 scenes in batches of 8
     results = json.loads((tmp_path / "results.json").read_text())["results"]
     assert results["clip-77"]["num_hard_pairs"] > 0
