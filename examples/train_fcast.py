@@ -44,7 +44,7 @@ from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.models.fcast.card import CARD
-from hf_longclip.models.fcast.evaluation import grounding_scores
+from hf_longclip.models.fcast.evaluation import grounding_scores, sentence_attention
 from hf_longclip.models.fcast.plots import plot_attention_maps
 from hf_longclip.models.fcast.task import FCASTCollator, FCASTPretrainingTask, FCASTTask, start_from_base
 from hf_longclip.models.onelip.evaluation import evaluate_text_lengths, late_difference_pairs
@@ -179,11 +179,9 @@ def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Pat
     figure_rows = []
     for row in rows:
         subs = row["sentences"][1:4]
-        inputs = processor(text=[subs], images=[row["image"]], padding="longest").to(model.device)
-        out = model.get_grounding(inputs["pixel_values"], inputs["superpixels"], inputs["input_ids"],
-                                  inputs["attention_mask"])
+        _, maps = sentence_attention(model, processor, row["image"], subs)
         figure_rows.append((processor.image_processor.crop(row["image"]), [
-            (sub, heat.numpy(), box) for sub, heat, box in zip(subs, out.pixel_attention[0].cpu(), row["boxes"])]))
+            (sub, heat.numpy(), box) for sub, heat, box in zip(subs, maps, row["boxes"])]))
     plot_attention_maps(figure_rows, path, f"{name}: AttnPool attention per sub-caption (white: the named object's box)")
 
 

@@ -14,6 +14,7 @@ import torch
 
 from ..evaluation.encoding import encode_texts, text_max_length
 from ..evaluation.loading import load_model
+from ..models.fcast.evaluation import sentence_attention
 from ..evaluation.tasks import prefix_scores
 from ..modeling_common.text import split_sentences
 from .index import ImageIndex, build_index, example_captions, list_images, read_image
@@ -163,15 +164,12 @@ def _prefix_sentences(caption: str) -> list[list[str]]:
 def sentence_attention_maps(model, processor, image, sentences: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
     """The image as the model sees it ((H, W, 3) uint8, its processor's pixels un-normalised) and the AttnPool
     attention of each sentence over its pixels (F-CAST Eq. 6, each (H, W) summing to 1), from `get_grounding`."""
-    inputs = processor(text=[sentences], images=[image], padding="longest").to(model.device)
-    out = model.get_grounding(inputs["pixel_values"], inputs.get("superpixels"), inputs["input_ids"],
-                              inputs["attention_mask"])
+    pixel_values, maps = sentence_attention(model, processor, image, sentences)
     image_processor = processor.image_processor
     mean = torch.tensor(image_processor.image_mean).view(3, 1, 1)
     std = torch.tensor(image_processor.image_std).view(3, 1, 1)
-    pixels = (inputs["pixel_values"][0].cpu().float() * std + mean).clamp(0, 1)
-    shown = (pixels.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
-    return shown, [heat.numpy() for heat in out.pixel_attention[0].cpu().float()]
+    shown = ((pixel_values * std + mean).clamp(0, 1).permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+    return shown, [heat.numpy() for heat in maps]
 
 
 def build_app(demo: Demo, examples: list[str] = (), title: str = "hf-longclip: long captions, found and grounded"):

@@ -1,6 +1,7 @@
 """F-CAST's grounding evaluation (Fig. 7) on rows whose object sentences each name one boxed object (the
 synthetic scenes): the pointing game and the attention mass inside the box, from `FCASTModel.get_grounding`.
 
+    sentence_attention(model, processor, image, sentences)  # (pixel values, one attention map per sentence)
     grounding_scores(model, processor, test)   # {"pointing_game", "box_mass", "uniform_box_mass", "map_difference",
                                                #  "box_map_difference", "num_sentences"}
 
@@ -20,6 +21,17 @@ from .processing_fcast import FCASTProcessor
 
 
 @torch.no_grad()
+def sentence_attention(model: FCASTModel, processor: FCASTProcessor, image, sentences: list[str]
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the image's pixel values (3, H, W) as the model sees them, the (len(sentences), H, W) attention of each
+    sentence over its pixels), from `get_grounding` (Eq. 6; a ViT's model needs no superpixels)."""
+    inputs = processor(text=[sentences], images=[image], padding="longest").to(model.device)
+    out = model.get_grounding(inputs["pixel_values"], inputs.get("superpixels"), inputs["input_ids"],
+                              inputs["attention_mask"])
+    return inputs["pixel_values"][0].cpu().float(), out.pixel_attention[0].cpu().float()
+
+
+@torch.no_grad()
 def grounding_scores(model: FCASTModel, processor: FCASTProcessor, rows) -> dict:
     """Pointing game and attention mass in the box over every object sentence of `rows` (sentence m + 1 names the
     object of box m), with the boxes' mean share of the image (a uniform map's mass) for reference. The attention is
@@ -33,11 +45,7 @@ def grounding_scores(model: FCASTModel, processor: FCASTProcessor, rows) -> dict
     model.eval()
     hits, masses, shares, differences, box_differences = [], [], [], [], []
     for row in rows:
-        objects = row["sentences"][1:]
-        inputs = processor(text=[objects], images=[row["image"]], padding="longest").to(model.device)
-        out = model.get_grounding(inputs["pixel_values"], inputs["superpixels"], inputs["input_ids"],
-                                  inputs["attention_mask"])
-        density = out.pixel_attention[0].cpu()
+        _, density = sentence_attention(model, processor, row["image"], row["sentences"][1:])
         size = density.shape[-1]
         boxes = []
         for m, box in enumerate(row["boxes"]):
