@@ -5,6 +5,7 @@ import json
 import math
 
 import pytest
+import torch
 from accelerate import Accelerator
 
 from hf_longclip.training.arguments import LoopArguments
@@ -67,6 +68,11 @@ def test_runner_gives_each_seed_its_seed_and_directory(tmp_path, capsys):
     report = json.loads((tmp_path / "table5.json").read_text())
     assert report["seeds"] == [0, 1, 2] and report["summary"]["clip"]["r1"]["std"] == pytest.approx(2.0)
     assert report["runs"]["1"] == RUNS[1]
+    # where the figures come from: the command, date, machine and versions of the run
+    origin = report["provenance"]
+    assert origin["seeds"] == [0, 1, 2] and origin["threads"] == torch.get_num_threads() and origin["processes"] == 1
+    assert origin["torch"] == torch.__version__ and origin["cpu"] and origin["date"].startswith("20")
+    assert origin["wall_seconds"] >= 0 and "pytest" in origin["command"]
     assert (tmp_path / "table5.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "44.000±2.646" in capsys.readouterr().out
 

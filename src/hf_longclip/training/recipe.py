@@ -419,7 +419,7 @@ def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args:
         raise SystemExit("--push_to_hub with several --seeds would push each seed's checkpoints to the same repos: "
                          "push one seed's run")
     output_dir = Path(loop_args.output_dir)
-    started = time.perf_counter()
+    started, origin = time.perf_counter(), provenance(accelerator.num_processes, seeds=seeds or [loop_args.seed])
     if seeds:
         runs = {seed: run(replace(loop_args, seed=seed, seeds="", output_dir=str(output_dir / f"seed-{seed}")))
                 for seed in seeds}
@@ -432,8 +432,7 @@ def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args:
     write_atomic(output_dir / f"{name}.json", json.dumps(
         {"seeds": list(runs), "metrics": list(metrics), "summary": summary,
          "runs": {str(seed): results for seed, results in runs.items()},
-         "provenance": provenance(accelerator.num_processes, seeds=list(runs),
-                                  wall_seconds=round(time.perf_counter() - started, 1))}, indent=2))
+         "provenance": {**origin, "wall_seconds": round(time.perf_counter() - started, 1)}}, indent=2))
     if len(runs) > 1:
         plot_seed_summary(summary, metrics, output_dir / f"{name}.png", title or f"{name}: {len(runs)} seeds")
         print(f"\nmean ± std over seeds {list(runs)} ({output_dir / name}.json, .png):")
