@@ -132,10 +132,13 @@ class FCASTTextStage2(nn.Module):
 
 def segments_to_pixels(attention: torch.Tensor, assignments, labels: torch.Tensor) -> torch.Tensor:
     """(B, Q, H, W) densities: attention (B, Q, S_g) over stage-g segments carried back to stage 0 through the soft
-    assignments (B, S_l, S_l+1) of stages l < g, then each stage-0 region's share (`labels` (B, H, W): superpixel or
-    patch id of every pixel) divided evenly among its pixels."""
+    assignments (B, S_l, S_l+1) of stages l < g, each segment's attention shared among its members in proportion to
+    their membership (so the mass is kept), then each stage-0 region's share (`labels` (B, H, W): superpixel or patch
+    id of every pixel) divided evenly among its pixels. A map sums to 1 when every stage-0 region has pixels."""
     for assignment in reversed(assignments):
-        attention = attention @ assignment.transpose(1, 2).to(attention.dtype)
+        assignment = assignment.to(attention.dtype)
+        shares = assignment / assignment.sum(1, keepdim=True).clamp(min=torch.finfo(attention.dtype).tiny)
+        attention = attention @ shares.transpose(1, 2)
     batch, queries, regions = attention.shape
     flat = labels.flatten(1)
     area = attention.new_zeros(batch, regions).scatter_add_(1, flat, attention.new_ones(flat.shape))
