@@ -137,7 +137,8 @@ def plot_seed_summary(summary: dict[str, dict[str, dict]], metrics: Sequence[str
         ax.axis("off")
     n = next(iter(summary.values()))[metrics[0]]["n"]
     fig.suptitle(f"{title}\ndiamond: mean over {n} seeds, whisker: ± std, dots: each seed", fontsize=10)
-    return save_figure(fig, path)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / fig.get_figheight()))  # the two title lines keep their 0.6 inch
+    return save_figure(fig, path, layout=False)
 
 
 def plot_recalls(retrieval: dict, path: str | Path, title: str = "") -> Path:
