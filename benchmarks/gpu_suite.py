@@ -137,6 +137,7 @@ from hf_longclip.models.fcast.task import FCASTTask  # noqa: E402
 from hf_longclip.models.himo_clip.task import HiMoCLIPTask  # noqa: E402
 from hf_longclip.models.onelip.task import OneLIPTask  # noqa: E402
 from hf_longclip.training.compile import compile_step  # noqa: E402
+from hf_longclip.training.provenance import cpu_name  # noqa: E402
 from hf_longclip.training.task import MAX_LOGIT_SCALE, Task  # noqa: E402
 
 BOS, EOS = 49406, 49407  # CLIP's start and end of text; its tokenizer pads with the end-of-text token
@@ -512,7 +513,7 @@ class Suite:
             self.device_name = torch.cuda.get_device_name(self.device)
             peak, self.peak_label = peak_bf16_flops(self.device_name)
         else:
-            self.device_name = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+            self.device_name = f"cpu ({cpu_name()}, {torch.get_num_threads()} threads)"
             peak, self.peak_label = CPU_NOMINAL_PEAK, "nominal 1 TFLOP/s (CPU: MFU is not meaningful)"
         if args.peak_tflops:
             peak, self.peak_label = args.peak_tflops * 1e12, f"--peak_tflops {args.peak_tflops:g}"

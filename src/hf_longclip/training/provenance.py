@@ -1,7 +1,8 @@
-"""Where a published figure comes from: the command, date, machine and versions, written beside every results
-JSON (`run_over_seeds`) and every benchmark's, so a table can be traced to its run."""
+"""Where a published figure comes from: the command, date, machine and versions, written into every example
+script's results JSON (`run_over_seeds`) and the compile benchmark's, so a table can be traced to its run."""
 
 import datetime
+import importlib.metadata
 import platform
 import subprocess
 import sys
@@ -10,8 +11,6 @@ from pathlib import Path
 import torch
 import transformers
 
-from .. import __version__
-
 
 def cpu_name() -> str:
     """The CPU's model name (Linux: /proc/cpuinfo), else what `platform` knows."""
@@ -19,6 +18,14 @@ def cpu_name() -> str:
     names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
              if line.startswith("model name")] if cpuinfo.exists() else []
     return names[0] if names else platform.processor() or platform.machine()
+
+
+def package_version() -> str | None:
+    """The installed hf-longclip's version (pyproject.toml's), None when the code runs from a path not installed."""
+    try:
+        return importlib.metadata.version("hf-longclip")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def git_commit() -> str | None:
@@ -41,5 +48,5 @@ def provenance(num_processes: int = 1, **extra) -> dict:
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "cpu": cpu_name(), "threads": torch.get_num_threads(), "processes": num_processes,
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "torch": torch.__version__, "transformers": transformers.__version__, "hf_longclip": __version__,
+            "torch": torch.__version__, "transformers": transformers.__version__, "hf_longclip": package_version(),
             "python": platform.python_version(), "commit": git_commit(), **extra}
