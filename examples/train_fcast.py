@@ -41,6 +41,7 @@ from accelerate.utils import set_seed
 
 from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
 from hf_longclip.data.collate import ImageTextCollator
+from hf_longclip.data.superpixels import with_superpixels
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.models.fcast.card import CARD
@@ -82,8 +83,8 @@ RETRIEVAL_METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i")
 METRICS = (*RETRIEVAL_METRICS, "pointing_game", "box_mass", "map_difference")  # grounding: with superpixels
 CHUNK_TOKENS = 77
 FIGURE_ROWS = (0, 2, 4)  # test scenes of three different hard-negative groups (rows 2g and 2g + 1 share one)
-# Each variant fine-tunes its base (300 steps, cached) for 150 steps: a first run within 15 minutes on 2 CPU cores.
-LOOP_DEFAULTS = dict(output_dir="outputs/fcast", max_steps=150, per_device_train_batch_size=64,
+# Each variant fine-tunes its base (300 steps, cached) for 200 steps: a first run within 15 minutes on 2 CPU cores.
+LOOP_DEFAULTS = dict(output_dir="outputs/fcast", max_steps=200, per_device_train_batch_size=64,
                      learning_rate=1e-3, weight_decay=0.05, warmup_steps=25, logging_steps=25,
                      dataloader_num_workers=1, base_steps=300, base_learning_rate=1e-3)
 
@@ -99,7 +100,8 @@ class ScriptArguments(BaseArguments):
     hidden_size: int = field(default=64, metadata={"help": "width of both towers and of the joint space"})
     stage1_layers: int = field(default=2, metadata={"help": "L1 (the paper's 8)"})
     stage2_layers: int = field(default=1, metadata={"help": "L2 (the paper's 4)"})
-    num_sub_captions: int = field(default=6, metadata={"help": "K sub-captions per image (the paper's 8)"})
+    num_sub_captions: int = field(default=4, metadata={
+        "help": "K sub-captions per image (the paper's 8; at least N = 4)"})
     num_train: int = field(default=3000, metadata={"help": "synthetic training scenes"})
     num_test: int = field(default=300, metadata={"help": "synthetic test scenes"})
     grounding_images: int = field(default=100, metadata={"help": "test scenes whose object sentences are grounded"})
@@ -187,8 +189,9 @@ def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Pat
 
 def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, accelerator, run_args: dict, scenes,
         processors: dict[bool, FCASTProcessor], pairs, bases: dict[str, str]) -> dict[str, dict]:
-    """One seed's run: every variant built, started from its pretrained base (`bases`, unless empty), trained, saved,
-    reloaded and evaluated; Fig. 7 of F-CAST's and FLAIR's models; results. `processors[hierarchical]`: N = 4
+    """One seed's run: the pretrained bases (`bases`, unless empty) evaluated as they are (rows `base-vit`,
+    `base-cast`); every variant built, started from its base, trained, saved, reloaded and evaluated; Fig. 7 of
+    F-CAST's and FLAIR's models; results. `processors[hierarchical]`: N = 4
     chunks, or the flat encoder's one 77-token text per caption."""
     test, output_dir, built = scenes["test"], Path(loop_args.output_dir), []
 
@@ -208,13 +211,18 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
         if not processor.needs_superpixels:  # grounding is carried to pixels per superpixel: not measured
             return result
         result.update(grounding_scores(model, processor, test.select(range(min(args.grounding_images, len(test))))))
-        if built[-1] in FIGURES:  # the variant just trained
+        if built and built[-1] in FIGURES:  # the variant just trained
             plot_grounding(model, processor, [test[i] for i in FIGURE_ROWS], output_dir / f"grounding-{built[-1]}.png",
                            built[-1])
         return result
 
-    results, histories = train_variants(accelerator, args.variant_list, build_task, evaluate, scenes, loop_args,
+    results = {}
+    if accelerator.is_main_process:  # the starting points, evaluated as they are (their pooling never trained)
+        for backbone, path in bases.items():
+            results[f"base-{backbone}"] = evaluate(FCASTModel.from_pretrained(path), processors[False])
+    trained, histories = train_variants(accelerator, args.variant_list, build_task, evaluate, scenes, loop_args,
                                         lora_args, run_args=run_args)
+    results.update(trained)
     publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card=CARD, hub_args=hub_args,
             run_args=run_args,
             push_variants=[name for name in args.variant_list if VARIANTS[name].objective == "fcast"])  # not baselines
@@ -251,6 +259,9 @@ def main() -> None:
     processors = {hierarchical: FCASTProcessor(image_processor, tokenizer, max_length=chunk_tokens,
                                                num_chunks=4 if hierarchical else 1,
                                                needs_superpixels=needs_superpixels) for hierarchical in (True, False)}
+    if needs_superpixels:  # computed once (and cached with the scenes), not in every epoch of every variant
+        with accelerator.main_process_first():
+            scenes["train"] = with_superpixels(scenes["train"], image_processor)
     pairs = late_difference_pairs(scenes["test"], tokenizer, chunk_tokens)
     # a given checkpoint is every variant's start; else each starts from its cached short-caption base
     bases = {} if args.init_from_checkpoint else pretrained_bases(args, accelerator, scenes, processors[False],

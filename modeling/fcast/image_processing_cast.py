@@ -190,19 +190,40 @@ class CASTImageProcessor(CodeBundleMixin, BaseImageProcessor):
     def __call__(self, images, return_tensors: str | None = "pt", **kwargs) -> BatchFeature:
         return self.preprocess(images, return_tensors=return_tensors, **kwargs)
 
-    def preprocess(self, images, return_tensors: str | None = "pt", **kwargs) -> BatchFeature:
-        """`pixel_values` and `superpixels` of one image or a list of them (anything `to_rgb_images` takes)."""
+    def preprocess(self, images, return_tensors: str | None = "pt", superpixels=None, **kwargs) -> BatchFeature:
+        """`pixel_values` and `superpixels` of one image or a list of them (anything `to_rgb_images` takes).
+
+        `superpixels`: the images' ids computed before by this processor (one (size, size) integer array each, e.g.
+        a dataset column made once with `hf_longclip.data.superpixels.with_superpixels`), taken instead of being
+        computed again; their shape and ids (0 <= id < num_segments) are checked."""
         if kwargs:
             raise TypeError(f"unexpected arguments {sorted(kwargs)}")
         crops = [self.crop(image) for image in to_rgb_images(images)]
         mean, std = np.asarray(self.image_mean, np.float32), np.asarray(self.image_std, np.float32)
         pixels = [((crop.astype(np.float32) / 255 - mean) / std).transpose(2, 0, 1) for crop in crops]
-        options = ({"histogram_bins": self.seeds_histogram_bins, "iterations": self.seeds_iterations}
-                   if self.superpixel_method == "seeds" else {})
-        labels = [compute_superpixels(self.superpixel_image(pixel, crop), self.num_segments, self.superpixel_method,
-                                      **options) for pixel, crop in zip(pixels, crops)]
+        if superpixels is None:
+            options = ({"histogram_bins": self.seeds_histogram_bins, "iterations": self.seeds_iterations}
+                       if self.superpixel_method == "seeds" else {})
+            labels = [compute_superpixels(self.superpixel_image(pixel, crop), self.num_segments,
+                                          self.superpixel_method, **options) for pixel, crop in zip(pixels, crops)]
+        else:
+            labels = self._given_superpixels(superpixels, len(crops))
         return BatchFeature({"pixel_values": np.stack(pixels), "superpixels": np.stack(labels)},
                             tensor_type=return_tensors)
+
+    def _given_superpixels(self, superpixels, count: int) -> list[np.ndarray]:
+        """Precomputed superpixel ids, checked against the images and this processor's crop and segment count."""
+        labels = [np.asarray(ids) for ids in ([superpixels] if np.ndim(superpixels) == 2 else superpixels)]
+        if len(labels) != count:
+            raise ValueError(f"got superpixels for {len(labels)} images and {count} images")
+        for index, ids in enumerate(labels):
+            if ids.shape != (self.size, self.size) or not np.issubdtype(ids.dtype, np.integer):
+                raise ValueError(f"superpixels of image {index} must be integer ids of shape ({self.size}, "
+                                 f"{self.size}) (this processor's crop), got {ids.dtype} {ids.shape}")
+            if ids.min() < 0 or ids.max() >= self.num_segments:
+                raise ValueError(f"superpixels of image {index} hold ids outside [0, {self.num_segments}) "
+                                 f"(num_segments): {ids.min()}..{ids.max()}")
+        return [ids.astype(np.int64) for ids in labels]
 
 
 __all__ = ["SUPERPIXEL_METHODS", "CASTImageProcessor", "compute_superpixels", "relabel_contiguous",

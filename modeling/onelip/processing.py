@@ -34,6 +34,7 @@ class DualEncoderProcessor(CodeBundleMixin, ProcessorMixin):
         truncation: bool = True,
         return_tensors: str | None = "pt",
         allow_empty_text: bool = False,
+        superpixels=None,
         **kwargs,
     ) -> BatchEncoding:
         """Tokenize `text` (truncated to `self.max_length` tokens) and/or preprocess `images`.
@@ -41,10 +42,16 @@ class DualEncoderProcessor(CodeBundleMixin, ProcessorMixin):
         Texts are padded to the longest of the call; `padding="max_length"` pads every text to `self.max_length`
         (the same features: the text towers attend causally and pool at the end-of-text token).
         An empty or whitespace-only caption is refused (ValueError naming its index) unless `allow_empty_text=True`
-        (the empty text's embedding on purpose, e.g. HierarCaps's root).
+        (the empty text's embedding on purpose, e.g. HierarCaps's root). `superpixels`: the images' precomputed
+        superpixel ids, for an image processor that computes them (CAST's), taken instead of computing them again.
         """
         if text is None and images is None:
             raise ValueError("pass `text`, `images` or both")
+        if superpixels is not None and images is None:
+            raise ValueError("`superpixels` are the given images' (precomputed): pass the images too")
+        if superpixels is not None and "superpixels" not in getattr(self.image_processor, "model_input_names", ()):
+            raise ValueError(f"`superpixels` given, but {type(self.image_processor).__name__} uses none (CAST's "
+                             f"image processor does)")
         encoding = BatchEncoding(tensor_type=return_tensors)
         if text is not None:
             check_texts(text, allow_empty=allow_empty_text)
@@ -73,7 +80,8 @@ class DualEncoderProcessor(CodeBundleMixin, ProcessorMixin):
                 )
             encoding.update(tokens)
         if images is not None:
-            encoding.update(self.image_processor(to_rgb_images(images), return_tensors=return_tensors))
+            given = {} if superpixels is None else {"superpixels": superpixels}  # precomputed: CAST's processor
+            encoding.update(self.image_processor(to_rgb_images(images), return_tensors=return_tensors, **given))
         return encoding
 
     def batch_decode(self, *args, **kwargs):

@@ -318,3 +318,50 @@ def test_superpixels_computed_in_data_loader_workers_match_the_main_process():
         assert batch.keys() == expected.keys()
         for key in expected:
             assert batch[key].equal(expected[key]), key
+
+
+def test_precomputed_superpixels_are_taken_as_computed_and_checked(monkeypatch):
+    import datasets
+
+    from helpers.fcast import CAPTIONS, tiny_processor
+
+    from transformers import CLIPImageProcessor
+
+    from hf_longclip import FCASTProcessor
+    from hf_longclip.data.collate import ImageTextCollator
+    from hf_longclip.data.superpixels import with_superpixels
+    from hf_longclip.models.cast import image_processing_cast
+    from hf_longclip.models.fcast.task import FCASTCollator
+
+    image, _ = hand_drawn()
+    rows = [{"image": image.rotate(90 * i), "caption": caption, "captions": []} for i, caption in enumerate(CAPTIONS)]
+    image_processor = CASTImageProcessor(size=64, num_segments=16)
+    computed = image_processor([row["image"] for row in rows])
+    table = with_superpixels(datasets.Dataset.from_list(rows), image_processor)
+    given = [table[i] for i in range(len(rows))]
+    assert all(isinstance(row["superpixels"], np.ndarray) for row in given)
+    processor = FCASTProcessor(image_processor, tiny_processor().tokenizer, max_length=16, num_chunks=2)
+    expected = {"image_text": ImageTextCollator(processor)(rows), "fcast": FCASTCollator(processor, 2)(rows)}
+
+    def never(*args, **kwargs):
+        raise AssertionError("superpixels computed again")
+
+    monkeypatch.setattr(image_processing_cast, "compute_superpixels", never)  # the given ids must be used
+    out = image_processor([row["image"] for row in given], superpixels=[row["superpixels"] for row in given])
+    assert out["superpixels"].equal(computed["superpixels"]) and out["pixel_values"].equal(computed["pixel_values"])
+    for name, batch in {"image_text": ImageTextCollator(processor)(given),
+                        "fcast": FCASTCollator(processor, 2)(given)}.items():
+        assert batch.keys() == expected[name].keys()
+        assert all(batch[key].equal(expected[name][key]) for key in batch), name
+    ids = computed["superpixels"].numpy()
+    with pytest.raises(ValueError, match="for 3 images and 4 images"):
+        image_processor([row["image"] for row in rows], superpixels=ids[:3])
+    with pytest.raises(ValueError, match=r"of shape \(64, 64\)"):
+        image_processor([image], superpixels=[ids[0, :32]])
+    with pytest.raises(ValueError, match=r"outside \[0, 16\)"):
+        image_processor([image], superpixels=[ids[0] + 16])
+    with pytest.raises(ValueError, match="pass the images too"):
+        processor(text=CAPTIONS[:1], superpixels=[ids[0]])
+    flair = FCASTProcessor(CLIPImageProcessor(), processor.tokenizer, num_chunks=1, needs_superpixels=False)
+    with pytest.raises(ValueError, match="uses none"):
+        flair(images=[image], superpixels=[ids[0]])

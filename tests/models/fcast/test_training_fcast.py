@@ -45,7 +45,8 @@ def test_train_fcast_end_to_end(engine, tmp_path):
     assert "pointing game" in result.stdout and "train s" in result.stdout
     assert all(name in result.stdout for name in variants)
     report = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert list(report["results"]) == variants
+    assert list(report["results"]) == ["base-vit", "base-cast", *variants]  # the bases as they are, then the rows
+    assert "train_seconds" not in report["results"]["base-cast"] and list(report["training"]) == variants
     for metrics in report["results"].values():
         assert all(0 <= metrics[name] <= 100 for name in METRICS)
     training = report["training"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from .chunking import sample_sub_captions
+from hf_longclip.data.superpixels import given_superpixels
 from hf_longclip.models.fcast.objective import FCASTLoss, FLAIRLoss
 from hf_longclip.objectives.losses import gather_with_grad, sigmoid_loss
 from hf_longclip.training.task import ContrastiveTask
@@ -41,7 +42,8 @@ class FCASTCollator:
         rng = random.Random(hashlib.sha256(key.encode()).digest())
         subs = [sample_sub_captions([row["caption"], *row["captions"][1:]], self.num_chunks, self.num_sub_captions,
                                     rng, self.processor.token_budget) for row in rows]
-        return dict(self.processor(text=subs, images=[row["image"] for row in rows], padding="longest"))
+        return dict(self.processor(text=subs, images=[row["image"] for row in rows], padding="longest",
+                                   **given_superpixels(rows)))
 
 
 class FCASTTask(ContrastiveTask):
