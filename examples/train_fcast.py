@@ -50,6 +50,7 @@ from hf_longclip.models.fcast.plots import plot_attention_maps
 from hf_longclip.models.fcast.task import FCASTCollator, FCASTPretrainingTask, FCASTTask, start_from_base
 from hf_longclip.models.onelip.evaluation import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.loop import whole_model_init
 from hf_longclip.training.recipe import (
     BaseArguments,
     cached_pretraining,
@@ -219,7 +220,9 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
     results = {}
     if accelerator.is_main_process:  # the starting points, evaluated as they are (their pooling never trained)
         for backbone, path in bases.items():
-            results[f"base-{backbone}"] = evaluate(FCASTModel.from_pretrained(path), processors[False])
+            with whole_model_init(accelerator):  # loaded whole on this process alone, even under ZeRO-3
+                base = FCASTModel.from_pretrained(path)
+            results[f"base-{backbone}"] = evaluate(base.to(accelerator.device), processors[False])
     trained, histories = train_variants(accelerator, args.variant_list, build_task, evaluate, scenes, loop_args,
                                         lora_args, run_args=run_args)
     results.update(trained)
