@@ -188,12 +188,35 @@ def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Pat
     plot_attention_maps(figure_rows, path, f"{name}: AttnPool attention per sub-caption (white: the named object's box)")
 
 
+def evaluate_on_scenes(model, processor: FCASTProcessor, args: ScriptArguments, test, pairs, batch_size: int) -> dict:
+    """Retrieval on the test scenes (long captions, hard pairs) and, with superpixels, grounding on the first
+    `--grounding_images` of them."""
+    result = evaluate_text_lengths(model, processor, test, pairs, batch_size)
+    if processor.needs_superpixels:  # grounding is carried to pixels per superpixel: not measured without
+        result.update(grounding_scores(model, processor, test.select(range(min(args.grounding_images, len(test))))))
+    return result
+
+
+def evaluate_bases(accelerator, bases: dict[str, str], processor: FCASTProcessor, args: ScriptArguments, test, pairs,
+                   batch_size: int) -> dict[str, dict]:
+    """{`base-<backbone>`: results} of the pretrained bases evaluated as they are (their pooling never trained), on
+    the main process ({} elsewhere): the starting points of every seed's variants, evaluated once."""
+    results = {}
+    if accelerator.is_main_process:
+        for backbone, path in bases.items():
+            with whole_model_init(accelerator):  # loaded whole on this process alone, even under ZeRO-3
+                base = FCASTModel.from_pretrained(path)
+            results[f"base-{backbone}"] = evaluate_on_scenes(base.to(accelerator.device), processor, args, test, pairs,
+                                                             batch_size)
+    return results
+
+
 def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, accelerator, run_args: dict, scenes,
-        processors: dict[bool, FCASTProcessor], pairs, bases: dict[str, str]) -> dict[str, dict]:
-    """One seed's run: the pretrained bases (`bases`, unless empty) evaluated as they are (rows `base-vit`,
-    `base-cast`); every variant built, started from its base, trained, saved, reloaded and evaluated; Fig. 7 of
-    F-CAST's and FLAIR's models; results. `processors[hierarchical]`: N = 4
-    chunks, or the flat encoder's one 77-token text per caption."""
+        processors: dict[bool, FCASTProcessor], pairs, bases: dict[str, str],
+        base_results: dict[str, dict]) -> dict[str, dict]:
+    """One seed's run: the bases' rows (`base_results`, `evaluate_bases`), then every variant built, started from its
+    pretrained base (`bases`, unless empty), trained, saved, reloaded and evaluated; Fig. 7 of F-CAST's and FLAIR's
+    models; results. `processors[hierarchical]`: N = 4 chunks, or the flat encoder's one 77-token text per caption."""
     test, output_dir, built = scenes["test"], Path(loop_args.output_dir), []
 
     def build_task(variant: str):
@@ -208,21 +231,13 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
         return FCASTTask(model, collator, spec.objective, spec.part_loss_weight), processor
 
     def evaluate(model, processor):
-        result = evaluate_text_lengths(model, processor, test, pairs, loop_args.per_device_eval_batch_size)
-        if not processor.needs_superpixels:  # grounding is carried to pixels per superpixel: not measured
-            return result
-        result.update(grounding_scores(model, processor, test.select(range(min(args.grounding_images, len(test))))))
-        if built and built[-1] in FIGURES:  # the variant just trained
+        result = evaluate_on_scenes(model, processor, args, test, pairs, loop_args.per_device_eval_batch_size)
+        if processor.needs_superpixels and built[-1] in FIGURES:  # the variant just trained
             plot_grounding(model, processor, [test[i] for i in FIGURE_ROWS], output_dir / f"grounding-{built[-1]}.png",
                            built[-1])
         return result
 
-    results = {}
-    if accelerator.is_main_process:  # the starting points, evaluated as they are (their pooling never trained)
-        for backbone, path in bases.items():
-            with whole_model_init(accelerator):  # loaded whole on this process alone, even under ZeRO-3
-                base = FCASTModel.from_pretrained(path)
-            results[f"base-{backbone}"] = evaluate(base.to(accelerator.device), processors[False])
+    results = dict(base_results)
     trained, histories = train_variants(accelerator, args.variant_list, build_task, evaluate, scenes, loop_args,
                                         lora_args, run_args=run_args)
     results.update(trained)
@@ -269,9 +284,11 @@ def main() -> None:
     # a given checkpoint is every variant's start; else each starts from its cached short-caption base
     bases = {} if args.init_from_checkpoint else pretrained_bases(args, accelerator, scenes, processors[False],
                                                                   loop_args)
+    base_results = evaluate_bases(accelerator, bases, processors[False], args, scenes["test"], pairs,
+                                  loop_args.per_device_eval_batch_size)  # fixed across seeds: once
     run_over_seeds(accelerator, loop_args, hub_args,
                    lambda seed_args: run(args, seed_args, lora_args, hub_args, accelerator, run_args, scenes,
-                                         processors, pairs, bases),
+                                         processors, pairs, bases, base_results),
                    METRICS if needs_superpixels else RETRIEVAL_METRICS, title="train_fcast")
     accelerator.end_training()
 
