@@ -200,7 +200,18 @@ def test_train_uses_the_multipliers(accelerator, tmp_path, monkeypatch):
     assert by_param[id(model.vision_model.encoder.layers[1].mlp.fc1.weight)] == pytest.approx(BASE_LR * 0.01 * 0.7)
     assert by_param[id(model.text_model.embeddings.token_embedding.weight)] == pytest.approx(BASE_LR * 0.1 * 0.343)
     assert by_param[id(model.text_projection.weight)] == BASE_LR
-    # the first group (logged as `lr`) holds the unmatched parameters at the base rate
+    # the first group holds the unmatched parameters at the base rate
     assert optimizer.param_groups[0]["initial_lr"] == BASE_LR
     final = [g["lr"] / g["initial_lr"] for g in optimizer.param_groups]
     assert final == pytest.approx([final[0]] * len(final))
+
+
+def test_history_logs_the_base_rate_when_a_module_learns_faster(accelerator, tmp_path):
+    """A multiplier above 1 puts its module's group first; the logged `lr` is still the base rate's schedule value
+    (F-CAST's pooling learns at 10x: its loss curves' `lr` is the towers' rate)."""
+    rows = [{"image": image, "caption": caption} for image, caption in zip(random_images(len(CAPTIONS)), CAPTIONS)]
+    args = LoopArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=len(rows),
+                         learning_rate=BASE_LR, warmup_steps=0, logging_steps=1, lr_multipliers="visual_projection=10")
+    _, history = train(HiMoCLIPTask(tiny_himo(), ImageTextCollator(tiny_processor())), rows, args, accelerator)
+    # cosine without warm-up over 2 steps: half the peak after the first, zero after the second
+    assert [h["lr"] for h in history] == [pytest.approx(BASE_LR * 0.5), pytest.approx(0.0, abs=1e-12)]

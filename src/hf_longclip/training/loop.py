@@ -209,10 +209,10 @@ def train(
     lock_towers(model, args)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    optimizer = torch.optim.AdamW(
-        parameter_groups(model, args.weight_decay, args.learning_rate, args.lr_multipliers, args.layer_decay),
-        lr=args.learning_rate, betas=(0.9, args.adam_beta2),
-    )
+    groups = parameter_groups(model, args.weight_decay, args.learning_rate, args.lr_multipliers, args.layer_decay)
+    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, betas=(0.9, args.adam_beta2))
+    # the history logs the rate of factor 1 (the scheduler reports the first group's, the largest factor's)
+    first_group_factor = groups[0]["lr"] / args.learning_rate if "lr" in groups[0] and args.learning_rate else 1.0
     if args.train_shards:  # streamed: the loader is ours (each process reads its own shards), not accelerate's
         loader = StreamedBatches(args, task.collate_fn, accelerator)
         if accelerator.distributed_type == DistributedType.DEEPSPEED:  # no loader for accelerate to read it from
@@ -309,7 +309,7 @@ def train(
             updates = task.after_optimizer_step(model, accelerator)
             record = {}
             if step == 1 or step % args.logging_steps == 0 or step == total_steps:
-                record.update(window.means(accelerator), lr=scheduler.get_last_lr()[0],
+                record.update(window.means(accelerator), lr=scheduler.get_last_lr()[0] / first_group_factor,
                               **{key: float(value) for key, value in updates.items()})
                 if args.train_shards:  # skipped by every process so far
                     corrupt = torch.tensor(loader.corrupt_samples, device=accelerator.device)
