@@ -76,6 +76,14 @@ def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
                      "--per_device_train_batch_size", "8", "--checkpointing_steps", "2")
     env = script_env(tmp_path / "ds")
     run(command, env, tmp_path)
+    # the script's default: the pooling, new on the pretrained towers, learns at 10x the rest's 1e-3
+    saved = torch.load(tmp_path / "uninterrupted" / "checkpoints" / "fcast" / "step_00000002" / "optimizer.bin",
+                       weights_only=True)
+    pool_size = sum(name.startswith("grounding_pool.") for name in weights(tmp_path / "uninterrupted" / "fcast"))
+    rates = {}
+    for group in saved["param_groups"]:
+        rates[group["initial_lr"]] = rates.get(group["initial_lr"], 0) + len(group["params"])
+    assert sorted(rates) == pytest.approx([1e-3, 1e-2]) and rates[max(rates)] == pool_size > 0
     interrupted = launch(tmp_path / "interrupted", ["--num_processes", "1"], "--variants", "fcast",
                          "--per_device_train_batch_size", "8", "--checkpointing_steps", "2")
     kill_when_written(interrupted, tmp_path / "interrupted" / "checkpoints" / "fcast" / "step_00000002", env, tmp_path)
