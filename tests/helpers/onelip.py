@@ -1,6 +1,10 @@
 """OneLIP's objective as its task runs it, and PO-HNM builders (unit rows, a hand-made negative bank), shared by
 tests/models/onelip/ and the gradient-cache tests."""
 
+import os
+import shutil
+from pathlib import Path
+
 import numpy as np
 
 from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
@@ -23,12 +27,25 @@ def unit(rows: np.ndarray) -> np.ndarray:
 
 
 def handmade_bank(directory, captions: np.ndarray, images: np.ndarray, per_sample: int) -> NegativeBank:
-    """A bank whose sample s owns captions s*per_sample ... s*per_sample + per_sample - 1."""
-    offsets = np.arange(0, len(captions) + 1, per_sample, dtype=np.int64)
-    NegativeBank.allocate(directory, offsets, captions.shape[1])
-    caption_rows, image_rows = NegativeBank.writable(directory, offsets, captions.shape[1])
-    caption_rows[:], image_rows[:] = captions, images
-    caption_rows.flush()
-    image_rows.flush()
-    NegativeBank.seal(directory, "handmade", "none")
-    return NegativeBank(directory)
+    """A bank whose sample s owns captions s*per_sample ... s*per_sample + per_sample - 1. Written in a directory of
+    this process's own and renamed into place, so that processes building the same bank at once (the launched
+    gradient-cache tests: every rank builds its task) never read one another's half-written files; a bank already in
+    place must hold these rows."""
+    directory = Path(directory)
+    if not (directory / "bank.json").is_file():
+        private = directory.with_name(f"{directory.name}.{os.getpid()}")
+        offsets = np.arange(0, len(captions) + 1, per_sample, dtype=np.int64)
+        NegativeBank.allocate(private, offsets, captions.shape[1])
+        caption_rows, image_rows = NegativeBank.writable(private, offsets, captions.shape[1])
+        caption_rows[:], image_rows[:] = captions, images
+        caption_rows.flush()
+        image_rows.flush()
+        NegativeBank.seal(private, "handmade", "none")
+        try:
+            private.rename(directory)
+        except OSError:  # another process's bank came first
+            shutil.rmtree(private)
+    bank = NegativeBank(directory)
+    np.testing.assert_array_equal(bank.captions, captions)
+    np.testing.assert_array_equal(bank.images, images)
+    return bank
