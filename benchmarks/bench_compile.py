@@ -74,7 +74,7 @@ def graph_breaks() -> dict[str, dict]:
 def speed(batch_size: int, text_length: int, repeats: int, backend: str) -> dict[str, dict]:
     """{model: {"eager_ms", "compiled_ms", "ratio", "loss_relative_difference"}} (part 2)."""
     from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
-    from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+    from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
     from hf_longclip.training.compile import compile_step
     from hf_longclip.training.task import sum_of_terms
 

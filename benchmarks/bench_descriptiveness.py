@@ -26,7 +26,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from hf_longclip.models.ditm.descriptiveness import DescriptivenessScorer, add_descriptiveness_column
+from hf_longclip.recipes.ditm.descriptiveness import DescriptivenessScorer, add_descriptiveness_column
 
 STOP = ("a", "the", "of", "on", "in", "with", "and", "is", "to", "at", "an", "two", "near", "some")
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from common import clip_config, compare
 
 from hf_longclip.objectives.losses import contrastive_loss
-from hf_longclip.models.ditm.objective import DITMLoss
+from hf_longclip.objectives.ditm import DITMLoss
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import CLIPTextConfig, CLIPTextModel
 
 from hf_longclip import FCASTConfig, FCASTModel
-from hf_longclip.models.fcast.task import FCASTTask
+from hf_longclip.recipes.fcast.task import FCASTTask
 
 TOKENS, CHUNKS = 248, 4
 SUB_CAPTIONS, SUB_TOKENS, IMAGE, PATCH = 8, 77, 224, 16

@@ -22,7 +22,7 @@ from bench_descriptiveness import reset_peak, status_mib
 from common import clip_config, compare, random_batch
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
-from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.training.gradient_cache import cached_backward
 from hf_longclip.training.task import sum_of_terms
 

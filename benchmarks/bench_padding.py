@@ -20,7 +20,7 @@ from common import clip_config, compare
 from transformers import CLIPImageProcessorPil, CLIPModel
 
 from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor
-from hf_longclip.conversion import clip_tokenizer
+from hf_longclip.models.conversion import clip_tokenizer
 
 CLASSES = ["tench", "goldfish", "great white shark", "tiger shark", "hammerhead shark", "electric ray", "stingray",
            "rooster", "hen", "ostrich", "brambling", "goldfinch", "house finch", "junco", "indigo bunting",

@@ -32,9 +32,9 @@ import torch
 from common import clip_config, compare, random_batch
 
 from hf_longclip import OneLIPForPreTraining
-from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
-from hf_longclip.models.onelip.negative_bank import NegativeBank
-from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip.recipes.onelip.hard_negatives import HardNegativeQueues
+from hf_longclip.recipes.onelip.negative_bank import NegativeBank
+from hf_longclip.recipes.onelip.task import OneLIPTask
 from transformers import CLIPModel
 
 

@@ -128,14 +128,14 @@ from hf_longclip import (  # noqa: E402
 from hf_longclip.modeling_common.dual_encoder import end_of_text_positions  # noqa: E402
 from hf_longclip.models.onelip.configuration_onelip import OneLIPTextConfig  # noqa: E402
 from hf_longclip.models.onelip.modeling_onelip import OneLIPTextModel  # noqa: E402
-from hf_longclip.models.cast.task import ClassificationTask  # noqa: E402
-from hf_longclip.models.ditm.task import DITMTask  # noqa: E402
+from hf_longclip.recipes.cast.task import ClassificationTask  # noqa: E402
+from hf_longclip.recipes.ditm.task import DITMTask  # noqa: E402
 from hf_longclip.evaluation.scoring import PAIRS_PER_CHUNK, pooled_scores  # noqa: E402
 from hf_longclip.models.fcast.convert_flair import FLAIR_POOL_HEADS  # noqa: E402
 from hf_longclip.models.fcast.pooling import AttentionPool  # noqa: E402
-from hf_longclip.models.fcast.task import FCASTTask  # noqa: E402
-from hf_longclip.models.himo_clip.task import HiMoCLIPTask  # noqa: E402
-from hf_longclip.models.onelip.task import OneLIPTask  # noqa: E402
+from hf_longclip.recipes.fcast.task import FCASTTask  # noqa: E402
+from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask  # noqa: E402
+from hf_longclip.recipes.onelip.task import OneLIPTask  # noqa: E402
 from hf_longclip.training.compile import compile_step  # noqa: E402
 from hf_longclip.training.provenance import cpu_name  # noqa: E402
 from hf_longclip.training.task import MAX_LOGIT_SCALE, Task  # noqa: E402
@@ -334,7 +334,7 @@ def build_himo(s: Sizes, data: RandomData) -> Workload:
 
 
 class FixedHardNegatives:
-    """Stand-in for `hf_longclip.models.onelip.hard_negatives.HardNegativeQueues` (faiss and an on-disk bank): each
+    """Stand-in for `hf_longclip.recipes.onelip.hard_negatives.HardNegativeQueues` (faiss and an on-disk bank): each
     sample's queue holds M random unit embeddings (float16, as the bank stores them), every slot filled, made once
     per batch size; `refresh` does nothing."""
 

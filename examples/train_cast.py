@@ -16,7 +16,7 @@ AutoImageProcessor load both; CAST's with trust_remote_code=True), `results.json
 checkpoints), `loss_curves.png`, `summary.json` (+ `.png`: --seeds) and `hierarchy.png`, CAST's fine-to-coarse
 segmentations of test images (F-CAST Fig. 6). Two data-loader workers (`--dataloader_num_workers`) compute the
 superpixels while the model trains. Seeds (`--seeds 0,1,2`), resume, LoRA and Hub push (with
-`hf_longclip/models/cast/model_card.md`) as in train_himo.py.
+`hf_longclip/recipes/cast/model_card.md`) as in train_himo.py.
 """
 
 from dataclasses import dataclass, field
@@ -33,21 +33,23 @@ from transformers import (
 )
 
 from hf_longclip import CASTForImageClassification, CASTImageProcessor, CASTVisionConfig
-from hf_longclip.data.synthetic import CLASSNAMES, SHAPES, load_synthetic_scenes
-from hf_longclip.models.cast.card import CARD
-from hf_longclip.models.cast.plots import plot_segment_hierarchies
-from hf_longclip.models.cast.task import (
-    ClassificationTask,
-    ImageClassificationCollator,
-    accuracy,
-)
-from hf_longclip.training.arguments import LoopArguments
-from hf_longclip.training.recipe import (
+from hf_longclip.recipes import (
+    LoopArguments,
+    load_synthetic_scenes,
     publish,
     run_over_seeds,
     start_run,
     train_variants,
     warn_synthetic_fine_tuning,
+)
+from hf_longclip.recipes.cast import (
+    CARD,
+    CLASSNAMES,
+    SHAPES,
+    ClassificationTask,
+    ImageClassificationCollator,
+    accuracy,
+    plot_segment_hierarchies,
 )
 
 LOOP_DEFAULTS = dict(output_dir="outputs/cast", num_train_epochs=5.0, per_device_train_batch_size=64,

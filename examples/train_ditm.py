@@ -43,25 +43,29 @@ from hf_longclip import (
     OneLIPModel,
     OneLIPProcessor,
 )
-from hf_longclip.models.ditm.descriptiveness import (
-    DescriptivenessScorer,
-    add_descriptiveness_column,
-)
-from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.models.ditm.card import CARD
-from hf_longclip.models.ditm.evaluation import evaluate_hierarchy
-from hf_longclip.models.ditm.plots import LOSS_NOTES, plot_levels
-from hf_longclip.models.himo_clip.base_clip import evaluate_base, infonce_base, load_clip
-from hf_longclip.plots import coverage
-from hf_longclip.training.recipe import (
+from hf_longclip.recipes import (
     BackboneArguments,
+    coverage,
+    evaluate_base,
+    infonce_base,
+    load_clip,
+    load_synthetic_scenes,
     parse_variants,
     publish,
     run_over_seeds,
     start_run,
     train_variants,
 )
-from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator
+from hf_longclip.recipes.ditm import (
+    CARD,
+    LOSS_NOTES,
+    DITMTask,
+    DescriptivenessScorer,
+    MultiCaptionCollator,
+    add_descriptiveness_column,
+    evaluate_hierarchy,
+    plot_levels,
+)
 
 VSE_MARGIN_DESCRIPTIVENESS = 0.6  # 2 * 0.6 / tau(6) = 0.2, VSE++'s margin
 VARIANTS = {  # name: (fixed VSE++ margin, ordering weight or None for the configured one)

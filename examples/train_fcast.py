@@ -29,7 +29,7 @@ its object sentences (total variation; a pooling that ignores the text scores 0)
 Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
 `loss_curves.png`, `summary.json` (+ `.png`: --seeds) and `grounding-fcast.png` / `grounding-flair.png` (three
 sub-captions per image, head-averaged attention, F-CAST's and FLAIR's models, Fig. 4 right / Fig. 7). Seeds
-(`--seeds 0,1,2`), resume, LoRA and Hub push of the F-CAST variants (with `hf_longclip/models/fcast/model_card.md`) as in
+(`--seeds 0,1,2`), resume, LoRA and Hub push of the F-CAST variants (with `hf_longclip/recipes/fcast/model_card.md`) as in
 train_himo.py.
 """
 
@@ -40,25 +40,33 @@ import torch
 from accelerate.utils import set_seed
 
 from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
-from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.data.superpixels import with_superpixels
-from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
-from hf_longclip.models.fcast.card import CARD
-from hf_longclip.models.fcast.evaluation import grounding_scores, sentence_attention
-from hf_longclip.models.fcast.plots import plot_attention_maps
-from hf_longclip.models.fcast.task import FCASTCollator, FCASTPretrainingTask, FCASTTask, start_from_base
-from hf_longclip.models.onelip.evaluation import evaluate_text_lengths, late_difference_pairs
-from hf_longclip.training.arguments import LoopArguments
-from hf_longclip.training.loop import whole_model_init
-from hf_longclip.training.recipe import (
+from hf_longclip.recipes import (
     BaseArguments,
+    ImageTextCollator,
+    LoopArguments,
     cached_pretraining,
+    evaluate_text_lengths,
+    late_difference_pairs,
+    load_synthetic_scenes,
     publish,
     run_over_seeds,
     start_run,
     train_variants,
     warn_synthetic_fine_tuning,
+    whole_model_init,
+)
+from hf_longclip.recipes.fcast import (
+    CARD,
+    FCASTCollator,
+    FCASTPretrainingTask,
+    FCASTTask,
+    grounding_scores,
+    plot_attention_maps,
+    scene_corpus,
+    sentence_attention,
+    start_from_base,
+    train_scene_tokenizer,
+    with_superpixels,
 )
 
 

@@ -46,23 +46,31 @@ from pathlib import Path
 from accelerate.utils import set_seed
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
-from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.models.himo_clip.card import CARD
-from hf_longclip.models.himo_clip.evaluation import evaluate_long_captions
-from hf_longclip.plots import coverage, plot_prefix_similarity
-from hf_longclip.training.arguments import LoopArguments
-from hf_longclip.models.himo_clip.base_clip import SHORT_BASE_LENGTH, evaluate_base, short_caption_base
-from hf_longclip.training.recipe import (
+from hf_longclip.recipes import (
+    SHORT_BASE_LENGTH,
     BackboneArguments,
+    FirstSentenceCollator,
+    ImageTextCollator,
+    LongCLIPTask,
+    LoopArguments,
+    coverage,
+    evaluate_base,
+    load_synthetic_scenes,
     parse_variants,
+    plot_prefix_similarity,
     publish,
     run_over_seeds,
+    saved_options,
+    short_caption_base,
     start_run,
     train_variants,
 )
-from hf_longclip.models.himo_clip.task import RECIPES, FirstSentenceCollator, HiMoCLIPTask, LongCLIPTask
-from hf_longclip.training.task import saved_options
+from hf_longclip.recipes.himo_clip import (
+    CARD,
+    RECIPES,
+    HiMoCLIPTask,
+    evaluate_long_captions,
+)
 
 BASE = "clip-77-base"
 VARIANTS = {  # name: (text positions, MoLo options over the script's, or Long-CLIP's objective)

@@ -22,7 +22,7 @@ each variant starts from that base and is trained identically (same data order, 
   onelip         OneLIP: RoPE/NTK encoder, L_coarse + TRIM token-wise distillation + contrastive (Eq. 10)
   clip-77-ft, clip-128, onelip-77, onelip-128: the same at other maximum training lengths, for Fig. 3 (the CLIP
                  rows keep 77 positions at 77 and use the stretched 248-position table truncated at 128)
-Then (`tulip`), TULIP's two-stage pipeline (`hf_longclip.models.onelip.tulip`) from the same base in
+Then (`tulip`), TULIP's two-stage pipeline (`hf_longclip.recipes.onelip.tulip`) from the same base in
 as many optimizer steps as each one-stage row: `tulip-distill` (stage 1: the RoPE text encoder distilled from the
 frozen base's text embeddings of the captions cut at 77 tokens, `--tulip_distill_steps`, loss
 `--tulip_distill_loss`), then `tulip` (stage 2: contrastive fine-tuning of both towers on the long captions, NTK-scaled
@@ -37,11 +37,11 @@ The negative bank (the base's embeddings of the training captions) is built once
 `<output_dir>/negative_bank/` (or `--negative_bank`) and reused by later runs (and seeds) on the same data and base.
 The frozen base text encoder is OneLIP's teacher (held by `OneLIPTask`, never saved). Evaluation: R@1 both ways on
 the test scenes' long captions, on their first sentence (short) and within the hard-negative pairs whose captions
-differ only after token 77 (chance 50; `hf_longclip.models.onelip.evaluation.evaluate_text_lengths`).
+differ only after token 77 (chance 50; `hf_longclip.recipes.text_lengths.evaluate_text_lengths`).
 
 Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
 `loss_curves.png` and `recall_by_length.png` (Fig. 3). Multi-GPU, DeepSpeed, resume, LoRA and Hub push (of the
-adapted variants, with `hf_longclip/models/onelip/model_card.md`) as in train_himo.py.
+adapted variants, with `hf_longclip/recipes/onelip/model_card.md`) as in train_himo.py.
 """
 
 import math
@@ -62,40 +62,44 @@ from hf_longclip import (
     OneLIPModel,
     OneLIPProcessor,
 )
-from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.models.himo_clip.base_clip import evaluate_base, load_clip, short_caption_base
-from hf_longclip.models.onelip.card import CARD
-from hf_longclip.models.onelip.evaluation import evaluate_text_lengths, late_difference_pairs
-from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
-from hf_longclip.models.onelip.plots import loss_notes, plot_recall_by_length
-from hf_longclip.models.onelip.tulip import (
-    DISTILLATION_LOSSES,
-    TULIPDistillationTask,
-    distillation_student,
-    finetuning_model,
-    set_rope_scaling,
-)
-from hf_longclip.objectives.clip import ClipLoss
-from hf_longclip.training.arguments import LoopArguments
-from hf_longclip.training.loop import whole_model_init
-from hf_longclip.models.onelip.negative_bank import (
-    NegativeBank,
-    default_bank_directory,
-    model_digest,
-)
-from hf_longclip.training.recipe import (
+from hf_longclip.recipes import (
     BackboneArguments,
+    ContrastiveTask,
+    FirstSentenceCollator,
+    ImageTextCollator,
+    LongCLIPTask,
+    LoopArguments,
+    evaluate_base,
+    evaluate_text_lengths,
+    late_difference_pairs,
+    load_clip,
+    load_synthetic_scenes,
     parse_variants,
     publish,
     run_over_seeds,
+    short_caption_base,
     start_run,
     train_variants,
     warn_synthetic_fine_tuning,
+    whole_model_init,
 )
-from hf_longclip.models.himo_clip.task import FirstSentenceCollator, HiMoCLIPTask, LongCLIPTask
-from hf_longclip.models.onelip.task import OneLIPTask
-from hf_longclip.training.task import ContrastiveTask
+from hf_longclip.recipes.himo_clip import HiMoCLIPTask
+from hf_longclip.recipes.onelip import (
+    CARD,
+    DISTILLATION_LOSSES,
+    ClipLoss,
+    HardNegativeQueues,
+    NegativeBank,
+    OneLIPTask,
+    TULIPDistillationTask,
+    default_bank_directory,
+    distillation_student,
+    finetuning_model,
+    loss_notes,
+    model_digest,
+    plot_recall_by_length,
+    set_rope_scaling,
+)
 
 BASE = "clip-77"
 ONELIP_BASE = "base"  # the row of a OneLIP --base_checkpoint (e.g. converted TULIP weights), evaluated as it is

@@ -66,7 +66,7 @@ def tiny_himo(seed: int = 0, max_positions: int = 248, **config_kwargs) -> HiMoC
 def himo_task(model, collate_fn=None, **options):
     """HiMo-CLIP's training task (MoLo) over `model`, with MoLo's / HiDe's `options` (`hide_tau`, `molo_lambda`,
     `hide_scope`, ...). Its `compute_loss(model, batch)` gives the named terms of MoLo."""
-    from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+    from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 
     return HiMoCLIPTask(model, collate_fn, **options)
 
@@ -170,7 +170,7 @@ def isolated_modules_cache(tmp_path, monkeypatch):
 
 def molo_loss(image_embeds, text_embeds, logit_scale, tau: float = 0.9, weight: float = 1.0, scope: str = "global"):
     """The MoLo objective's total: the sum of its named terms."""
-    from hf_longclip.models.himo_clip.objective import MoLoLoss
+    from hf_longclip.objectives.himo_clip import MoLoLoss
 
     return sum(MoLoLoss(tau, weight, scope)(image_embeds, text_embeds, logit_scale).values())
 

@@ -67,15 +67,19 @@ def _shard(args: argparse.Namespace) -> None:
 
 
 def _convert(args: argparse.Namespace) -> None:
-    from hf_longclip.conversion import conversion_card, convert_checkpoint, save_converted
+    from hf_longclip.models.conversion import conversion_card, convert_checkpoint, save_converted
 
     model, processor = convert_checkpoint(args.format, args.checkpoint, args.tokenizer, args.bpe_file)
     if args.as_clip:
         from hf_longclip.models.himo_clip.export_clip import save_as_clip
 
         output = save_as_clip(model, processor, args.output_dir)
+    elif args.text_encoder_only:
+        from hf_longclip.integrations.diffusion import save_text_encoder
+
+        output = save_text_encoder(model, processor, args.output_dir)
     else:
-        output = save_converted(model, processor, args.output_dir, args.text_encoder_only)
+        output = save_converted(model, processor, args.output_dir)
     what = "text encoder" if args.text_encoder_only else "CLIPModel" if args.as_clip else type(model).__name__
     print(f"wrote the {what} converted from {args.checkpoint} to {output}/"
           + ("" if processor is not None else " (no processor: pass --tokenizer or --bpe-file to add one)"))
@@ -121,8 +125,8 @@ def _eval_epilog() -> list[str]:
 
 
 def _format_name(value: str) -> str:
-    """`convert`'s FORMAT: a name of `hf_longclip.conversion.FORMATS`, checked when the command runs."""
-    from hf_longclip.conversion import FORMATS
+    """`convert`'s FORMAT: a name of `hf_longclip.models.conversion.FORMATS`, checked when the command runs."""
+    from hf_longclip.models.conversion import FORMATS
 
     if value not in FORMATS:
         raise argparse.ArgumentTypeError(f"unknown format {value!r}; choose among {', '.join(FORMATS)}")
@@ -130,7 +134,7 @@ def _format_name(value: str) -> str:
 
 
 def _convert_epilog() -> list[str]:
-    from hf_longclip.conversion import FORMATS
+    from hf_longclip.models.conversion import FORMATS
 
     return [f"formats: {', '.join(FORMATS)}", "docs/converting.md gives each format's source and a reproduction "
             "recipe"]
@@ -151,7 +155,7 @@ class _CommandParser(argparse.ArgumentParser):
 
 def _export_onnx(args: argparse.Namespace) -> None:
     from hf_longclip.evaluation import load_model
-    from hf_longclip.onnx import export_onnx
+    from hf_longclip.integrations.onnx import export_onnx
 
     model, processor = load_model(args.model, device="cpu", trust_remote_code=args.trust_remote_code)
     for tower, path in export_onnx(model, processor, args.output_dir).items():

@@ -25,8 +25,8 @@ from helpers.conversion import run_converted_offline
 
 from hf_longclip import HiMoCLIPModel
 from hf_longclip.cli import main
-from hf_longclip.conversion import clip_tokenizer, conversion_card, convert_checkpoint, load_original_checkpoint
-from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+from hf_longclip.models.conversion import clip_tokenizer, conversion_card, convert_checkpoint, load_original_checkpoint
+from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.training.optimizer import parameter_groups
 
 WIDTH, LAYERS, IMAGE, PATCH, EMBED, VOCAB = 128, 2, 32, 8, 32, 49408  # 2 heads of 64 in each tower
@@ -230,7 +230,7 @@ def test_tokenizer_from_bpe_file_matches_open_clip(text):
     """`clip_tokenizer(bpe_file=...)` in our processor gives exactly the ids of open_clip's `SimpleTokenizer` with a
     248-token context (= Long-CLIP's `tokenize(..., truncate=True)`): zero padding, end token kept last."""
     from hf_longclip import HiMoCLIPProcessor
-    from hf_longclip.convert_clip import clip_image_processor
+    from hf_longclip.models.convert_clip import clip_image_processor
 
     processor = HiMoCLIPProcessor(clip_image_processor(IMAGE), clip_tokenizer(bpe_file=BPE_FILE), max_length=248)
     expected = TOKENIZER.SimpleTokenizer(context_length=248)([text])
@@ -425,7 +425,7 @@ def test_card_metadata_carries_the_reported_figures_of_that_released_model(forma
 @pytest.mark.parametrize("format", ["longclip", "himo", "tulip", "flair"])
 def test_converting_docs_give_every_reported_figure(format):
     """docs/converting.md shows each figure a converter's card reports, with the command that evaluates it."""
-    from hf_longclip.conversion import source_info
+    from hf_longclip.models.conversion import source_info
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "converting.md").read_text()
     section = docs[docs.index("## Reproduction recipes"):]

@@ -29,7 +29,7 @@ from torch import nn
 
 from hf_longclip import CASTForImageClassification, CASTVisionConfig, CASTVisionModel
 from hf_longclip.cli import main
-from hf_longclip.conversion import load_original_checkpoint
+from hf_longclip.models.conversion import load_original_checkpoint
 from hf_longclip.models.cast.convert_cast import CAST_CLUSTERS, RELEASED_PREPROCESSING, convert
 
 WIDTH, HEADS, DEPTHS, CLUSTERS, SEGMENTS, IMAGE, CLASSES = 96, 12, (1, 1, 1, 1), (8, 4, 2, 1), 16, 64, 5
@@ -474,7 +474,7 @@ def test_unwrapping_finds_the_state_dict_and_names_what_it_cannot_read(tmp_path)
 def test_converted_classifier_card_names_both_auto_classes(tmp_path):
     """A converted classifier is saved with AutoModel (its backbone) beside AutoModelForImageClassification in its
     auto_map, and its card says so; a converted MoCo backbone names AutoModel alone."""
-    from hf_longclip.conversion import conversion_card, save_converted
+    from hf_longclip.models.conversion import conversion_card, save_converted
 
     for layout, expected in (("lincls", "`AutoModelForImageClassification` (CASTForImageClassification) and "
                                         "`AutoModel` (CASTVisionModel)"), ("moco", "with `AutoModel` (CASTVisionModel),")):

@@ -32,7 +32,7 @@ from torch import nn
 
 from hf_longclip import OneLIPModel
 from hf_longclip.cli import main
-from hf_longclip.conversion import load_original_checkpoint
+from hf_longclip.models.conversion import load_original_checkpoint
 from hf_longclip.modeling_common.positions import ntk_inverse_frequencies
 from hf_longclip.models.onelip.convert_tulip import convert
 
@@ -422,7 +422,7 @@ def convert_and_load_offline(format: str, checkpoint, tmp_path) -> dict:
 
 
 def check_fresh_process_features(loaded, expected_text, expected_image, length, model, processor):
-    from hf_longclip.conversion import clip_tokenizer
+    from hf_longclip.models.conversion import clip_tokenizer
 
     ids = clip_tokenizer(bpe_file=open_clip_bpe_file())(LONG_CAPTION, truncation=True, max_length=length)["input_ids"]
     assert loaded["model"] == model and loaded["processor"] == processor

@@ -22,7 +22,7 @@ from datasets import Dataset
 from helpers.conversion import open_clip_bpe_file
 from PIL import Image
 
-from hf_longclip.conversion import clip_tokenizer, load_original_checkpoint
+from hf_longclip.models.conversion import clip_tokenizer, load_original_checkpoint
 from hf_longclip.evaluation import evaluate_dataset
 from hf_longclip.evaluation.scoring import (
     _chunks,

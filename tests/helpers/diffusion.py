@@ -6,7 +6,7 @@ import torch
 from conftest import char_clip_tokenizer, tiny_sub_configs
 from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
 
-from hf_longclip.diffusion import text_encoder_for_diffusion
+from hf_longclip.integrations.diffusion import text_encoder_for_diffusion
 
 WIDTH = tiny_sub_configs()["text_config"]["hidden_size"]
 CLIP_POSITIONS = 77

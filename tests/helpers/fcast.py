@@ -8,7 +8,7 @@ from PIL import Image
 from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
 from hf_longclip.data.tokenizer import train_scene_tokenizer
 from hf_longclip.models.fcast.chunking import balanced_chunks
-from hf_longclip.models.fcast.task import FCASTTask
+from hf_longclip.recipes.fcast.task import FCASTTask
 
 CAPTIONS = [
     "A red circle is on the left. A blue square is at the top. The ground is plain. A green star is small.",

@@ -18,12 +18,12 @@ from helpers.onelip import handmade_bank, unit
 
 from hf_longclip import CASTImageProcessor, OneLIPForPreTraining, OneLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.models.cast.task import ClassificationTask, ImageClassificationCollator
-from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator
-from hf_longclip.models.fcast.task import FCASTCollator
-from hf_longclip.models.himo_clip.task import FirstSentenceCollator, LongCLIPTask
-from hf_longclip.models.onelip.hard_negatives import HardNegativeQueues
-from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip.recipes.cast.task import ClassificationTask, ImageClassificationCollator
+from hf_longclip.recipes.ditm.task import DITMTask, MultiCaptionCollator
+from hf_longclip.recipes.fcast.task import FCASTCollator
+from hf_longclip.recipes.longclip import FirstSentenceCollator, LongCLIPTask
+from hf_longclip.recipes.onelip.hard_negatives import HardNegativeQueues
+from hf_longclip.recipes.onelip.task import OneLIPTask
 
 BATCH = 64  # per process
 

@@ -1,6 +1,6 @@
 """Long prompts in diffusers' SDXL (text-to-image and img2img), SD 2.x and Flux pipelines, each tiny, randomly
 initialised and built from configs on CPU, and Long-CLIP's "no fine-tuning" stretch of any transformers CLIP text
-encoder (hf_longclip.diffusion)."""
+encoder (hf_longclip.integrations.diffusion)."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ from helpers.diffusion import FIRST_DIFFERENCE, LATE_CHANGE, PROMPT, generate, p
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
 from hf_longclip import OneLIPConfig, OneLIPModel
-from hf_longclip.diffusion import sdxl_text_components, stretch_clip_text_encoder, text_encoder_for_diffusion
+from hf_longclip.integrations.diffusion import sdxl_text_components, stretch_clip_text_encoder, text_encoder_for_diffusion
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers import (  # noqa: E402

@@ -16,7 +16,7 @@ from transformers import AutoProcessor
 
 from hf_longclip import (CASTImageProcessor, CASTVisionConfig, CASTVisionModel, DITMModel, DITMProcessor, OneLIPModel,
                          OneLIPProcessor)
-from hf_longclip.onnx import export_onnx
+from hf_longclip.integrations.onnx import export_onnx
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")

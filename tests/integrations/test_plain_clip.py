@@ -72,10 +72,10 @@ def test_export_clip_of_a_trained_checkpoint_loads_without_remote_code(tmp_path)
 
 def test_convert_as_clip(tmp_path, monkeypatch):
     """The command's wiring (the converters themselves: tests/conversion/)."""
-    import hf_longclip.conversion
+    import hf_longclip.models.conversion
 
     model, processor = _stretched_himo(), tiny_processor()
-    monkeypatch.setattr(hf_longclip.conversion, "convert_checkpoint", lambda *args: (model, processor))
+    monkeypatch.setattr(hf_longclip.models.conversion, "convert_checkpoint", lambda *args: (model, processor))
     main(["convert", "longclip", str(tmp_path / "released.pt"), str(tmp_path / "clip"), "--as-clip"])
     _check_plain_clip(tmp_path / "clip", model, processor, tmp_path)
     with pytest.raises(SystemExit):  # one kind of output at a time

@@ -13,7 +13,7 @@ from helpers.fcast import tiny_fcast
 from helpers.fcast import tiny_processor as tiny_fcast_processor
 
 from hf_longclip import DITMModel, DITMProcessor, OneLIPModel, OneLIPProcessor
-from hf_longclip.sentence_embedding import save_sentence_transformer
+from hf_longclip.integrations.sentence_transformers import save_sentence_transformer
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402

@@ -16,9 +16,9 @@ from helpers.fcast import tiny_processor as fcast_processor
 
 from hf_longclip import CASTImageProcessor, OneLIPModel
 from hf_longclip.models.cast.image_processing_cast import compute_superpixels
-from hf_longclip.models.fcast.objective import FCASTLoss, FLAIRLoss
-from hf_longclip.models.onelip.hard_negatives import QUEUE_FILE, QueueStore
-from hf_longclip.models.onelip.negative_bank import NegativeBank
+from hf_longclip.objectives.fcast import FCASTLoss, FLAIRLoss
+from hf_longclip.recipes.onelip.hard_negatives import QUEUE_FILE, QueueStore
+from hf_longclip.recipes.onelip.negative_bank import NegativeBank
 
 
 @pytest.fixture(scope="module")

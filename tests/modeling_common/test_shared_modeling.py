@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from hf_longclip.modeling_common import RotaryEmbedding, apply_rotary, ntk_inverse_frequencies
 from hf_longclip.models.fcast.pooling import AttentionPool
-from hf_longclip.models.himo_clip.objective import MoLoLoss
+from hf_longclip.objectives.himo_clip import MoLoLoss
 from hf_longclip.objectives import ClipLoss, contrastive_loss, sigmoid_loss
 
 

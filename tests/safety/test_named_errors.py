@@ -14,7 +14,7 @@ from transformers.masking_utils import create_causal_mask
 from hf_longclip import OneLIPModel, OneLIPProcessor
 from hf_longclip.evaluation import load_model
 from hf_longclip.metrics import METRIC_NAMES, load
-from hf_longclip.models.himo_clip.base_clip import load_clip
+from hf_longclip.recipes.base_clip import load_clip
 
 
 def test_onelip_forward_warns_nothing(caplog):

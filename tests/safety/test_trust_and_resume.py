@@ -16,7 +16,7 @@ from transformers import AutoModel, AutoProcessor
 from hf_longclip import DITMModel, HiMoCLIPModel, OneLIPModel
 from hf_longclip.cli import main
 from hf_longclip.evaluation import load_model
-from hf_longclip.models.himo_clip.base_clip import load_clip
+from hf_longclip.recipes.base_clip import load_clip
 from hf_longclip.training.arguments import FREE_ON_RESUME, LoopArguments
 from hf_longclip.training.checkpoint import STATE_FILE, list_checkpoints
 from hf_longclip.training.loop import train
@@ -98,7 +98,7 @@ bundle_class.from_clip(paths["bundle"], trust_remote_code=True)
 from hf_longclip import HiMoCLIPModel
 from hf_longclip.cli import main
 from hf_longclip.evaluation import load_model
-from hf_longclip.models.himo_clip.base_clip import load_clip
+from hf_longclip.recipes.base_clip import load_clip
 main(["eval", "--model", paths["cli"], "--trust-remote-code", "--dataset", "synthetic", "--max-samples", "2",
       "--tasks", "retrieval", "--output-dir", "eval", "--data-dir", "scenes"])
 models = [HiMoCLIPModel.from_clip(paths["from_clip"], trust_remote_code=True),

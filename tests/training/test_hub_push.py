@@ -30,7 +30,7 @@ from huggingface_hub import ModelCard
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
 import hf_longclip.training.hub as hub_module
-from hf_longclip.models.himo_clip.card import CARD as HIMO_CLIP_CARD
+from hf_longclip.recipes.himo_clip.card import CARD as HIMO_CLIP_CARD
 from hf_longclip.training.hub import _with_retries, build_model_card, is_transient
 from hf_longclip.training.task import OPTIONS_FILE, save_options
 

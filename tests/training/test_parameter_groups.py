@@ -7,7 +7,7 @@ from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
 from transformers import HfArgumentParser, get_cosine_schedule_with_warmup
 
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.training.arguments import LoopArguments, parse_lr_multipliers
 from hf_longclip.training.loop import train
 from hf_longclip.training.lora import LoraArguments, apply_lora

@@ -12,7 +12,7 @@ from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
 from safetensors.torch import load_file
 
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.lora import LoraArguments
 from hf_longclip.training.recipe import train_variants

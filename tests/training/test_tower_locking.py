@@ -9,7 +9,7 @@ from helpers.cast import tiny_classifier
 from transformers import HfArgumentParser
 
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import train
 from hf_longclip.training.optimizer import lock_tower, parameter_groups

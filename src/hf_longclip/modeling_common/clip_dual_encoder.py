@@ -77,7 +77,7 @@ class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
         the same text config (all the model's positions), the weights copied (not shared: the pipeline may cast or
         move it), the same outputs; with `with_projection`, a `CLIPTextModelWithProjection` with the text projection
         too (SDXL's `text_encoder_2`: its `text_embeds` are `get_text_features`' `pooler_output`). The hook
-        `hf_longclip.diffusion.text_encoder_for_diffusion` calls; built without random initialisation, so it leaves
+        `hf_longclip.integrations.diffusion.text_encoder_for_diffusion` calls; built without random initialisation, so it leaves
         torch's random state as it was. (In transformers 5, `self.text_model` is itself a `CLIPTextModel`.)"""
         text_config = copy.deepcopy(self.config.text_config)
         with init.no_init_weights():

@@ -1,5 +1,8 @@
-"""The model registry: one folder per model, everything specific to it inside (configuration, modeling, processing:
-the remote code; beside them its task, card, evaluation, figures). `MODEL_FOLDERS` is the one list of models:
+"""The model layer: one folder per model holding its architecture alone (configuration, modeling, processing: the
+remote code; and the converter of its family's released checkpoints), and the converters' shared readers
+(`conversion`, `convert_clip`). It imports torch, transformers, safetensors, huggingface_hub, the standard library
+and `hf_longclip.modeling_common`, never the harness (`hf_longclip.recipes`, training, evaluation, objectives, data).
+`MODEL_FOLDERS` is the one list of models:
 `hf_longclip` registers each folder's `AUTO_CLASSES` with transformers' Auto classes, and `hf-longclip export-code`
 writes each folder's remote-code bundle."""
 

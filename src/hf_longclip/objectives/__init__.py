@@ -10,9 +10,9 @@ every term.
 | `LongCLIPLoss` | long_loss, short_loss | Long-CLIP: long-caption InfoNCE + short captions against the images' PCA |
 """
 
-from .clip import ClipLoss
-from .longclip import LongCLIPLoss, principal_component_reconstruction
-from .losses import check_paired_embeddings, contrastive_loss, gather_rows_with_grad, gather_with_grad, sigmoid_loss
+from hf_longclip.objectives.clip import ClipLoss
+from hf_longclip.objectives.longclip import LongCLIPLoss, principal_component_reconstruction
+from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_rows_with_grad, gather_with_grad, sigmoid_loss
 
 __all__ = ["ClipLoss", "LongCLIPLoss", "check_paired_embeddings", "contrastive_loss", "gather_rows_with_grad",
            "gather_with_grad", "principal_component_reconstruction", "sigmoid_loss"]

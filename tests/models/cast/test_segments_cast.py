@@ -292,7 +292,7 @@ def test_an_algorithm_returning_too_many_segments_is_asked_again(monkeypatch):
 
 
 def test_hierarchy_png_is_written(tmp_path):
-    from hf_longclip.models.cast.plots import plot_segment_hierarchy
+    from hf_longclip.recipes.cast.plots import plot_segment_hierarchy
 
     image, _ = hand_drawn()
     labels = torch.from_numpy(compute_superpixels(np.asarray(image), 16))
@@ -306,7 +306,7 @@ def test_hierarchy_png_is_written(tmp_path):
 def test_superpixels_computed_in_data_loader_workers_match_the_main_process():
     from torch.utils.data import DataLoader
 
-    from hf_longclip.models.cast.task import ImageClassificationCollator
+    from hf_longclip.recipes.cast.task import ImageClassificationCollator
 
     image, _ = hand_drawn()
     rows = [{"image": image.rotate(90 * i), "label": i % 3} for i in range(8)]
@@ -331,7 +331,7 @@ def test_precomputed_superpixels_are_taken_as_computed_and_checked(monkeypatch):
     from hf_longclip.data.collate import ImageTextCollator
     from hf_longclip.data.superpixels import with_superpixels
     from hf_longclip.models.cast import image_processing_cast
-    from hf_longclip.models.fcast.task import FCASTCollator
+    from hf_longclip.recipes.fcast.task import FCASTCollator
 
     image, _ = hand_drawn()
     rows = [{"image": image.rotate(90 * i), "caption": caption, "captions": []} for i, caption in enumerate(CAPTIONS)]

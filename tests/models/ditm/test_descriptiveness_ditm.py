@@ -11,8 +11,8 @@ import datasets
 import numpy as np
 import pytest
 
-from hf_longclip.models.ditm import descriptiveness as module
-from hf_longclip.models.ditm.descriptiveness import (
+from hf_longclip.recipes.ditm import descriptiveness as module
+from hf_longclip.recipes.ditm.descriptiveness import (
     ENGLISH_STOP_WORDS,
     DescriptivenessScorer,
     add_descriptiveness_column,

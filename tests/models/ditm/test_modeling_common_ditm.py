@@ -13,7 +13,7 @@ from helpers.modeling_common import (
 from transformers.testing_utils import require_torch, torch_device
 
 from hf_longclip import DITMConfig, DITMModel
-from hf_longclip.models.ditm.task import DITMTask
+from hf_longclip.recipes.ditm.task import DITMTask
 
 
 def ditm_inputs(batch_size: int) -> dict:

@@ -22,8 +22,8 @@ from helpers.fresh_process import FRESH_PROCESS_PRELUDE, load_in_fresh_process
 from hf_longclip import DITMConfig, DITMModel
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.export import model_bundle
-from hf_longclip.models.ditm.task import DITMTask, MultiCaptionCollator
-from hf_longclip.models.ditm.objective import DITMLoss
+from hf_longclip.recipes.ditm.task import DITMTask, MultiCaptionCollator
+from hf_longclip.objectives.ditm import DITMLoss
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import train
 
@@ -269,7 +269,7 @@ def test_lora_trains_only_adapters_with_the_ditm_task_and_merges(accelerator, tm
 
 
 def test_model_card_renders_the_table_iv_metrics(tmp_path):
-    from hf_longclip.models.ditm.card import CARD as DITM_CARD
+    from hf_longclip.recipes.ditm.card import CARD as DITM_CARD
     from hf_longclip.training.hub import build_model_card
 
     results = {"r1_i2t": 41.5, "r1_t2i": 30.25, "rsum": 350.0, "precision": 0.5, "recall": 0.625, "d_corr": 0.4,

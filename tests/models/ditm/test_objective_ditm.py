@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from helpers.launch import torchrun
 
-from hf_longclip.models.ditm import objective as ditm
-from hf_longclip.models.ditm.objective import DITMLoss, adaptive_triplet_loss
+from hf_longclip.objectives import ditm
+from hf_longclip.objectives.ditm import DITMLoss, adaptive_triplet_loss
 
 WORLD_SIZE = 2
 

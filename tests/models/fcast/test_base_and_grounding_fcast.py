@@ -11,8 +11,8 @@ import torch
 from helpers.fcast import CAPTIONS, random_images, tiny_config, tiny_fcast, tiny_processor
 
 from hf_longclip import FCASTModel
-from hf_longclip.models.fcast.evaluation import grounding_scores
-from hf_longclip.models.fcast.task import FCASTPretrainingTask, start_from_base
+from hf_longclip.recipes.fcast.evaluation import grounding_scores
+from hf_longclip.recipes.fcast.task import FCASTPretrainingTask, start_from_base
 
 
 def test_pretraining_task_is_the_whole_level_sigmoid_loss_and_freezes_the_rest():

@@ -136,7 +136,7 @@ def test_image_processor_without_superpixels_is_refused(processor):
 
 
 def test_collator_draws_k_sub_captions_from_the_batch_content(processor):
-    from hf_longclip.models.fcast.task import FCASTCollator
+    from hf_longclip.recipes.fcast.task import FCASTCollator
 
     image = Image.fromarray(np.zeros((32, 32, 3), dtype=np.uint8))
     rows = [{"image": image, "caption": " ".join(SENTENCES[:9]), "captions": ["x", "Other one. Other two.", "Third."]},

@@ -23,7 +23,7 @@ from transformers.testing_utils import require_torch, torch_device
 
 from hf_longclip import CASTVisionConfig, FCASTConfig, FCASTModel
 from hf_longclip.models.fcast import FCASTTextConfig
-from hf_longclip.models.fcast.task import FCASTTask
+from hf_longclip.recipes.fcast.task import FCASTTask
 from hf_longclip.training.task import save_options, saved_options
 
 if UNAVAILABLE is None:

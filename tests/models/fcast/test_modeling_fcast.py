@@ -23,8 +23,8 @@ from helpers.launch import torchrun
 
 from hf_longclip import FCASTConfig, FCASTModel
 from hf_longclip.models.fcast import FCASTTextConfig
-from hf_longclip.models.fcast.objective import part_level_queries
-from hf_longclip.models.fcast.task import FCASTTask
+from hf_longclip.objectives.fcast import part_level_queries
+from hf_longclip.recipes.fcast.task import FCASTTask
 
 WORLD_SIZE = 2
 
@@ -301,7 +301,7 @@ def test_lora_trains_adapters_and_merges_into_an_ordinary_checkpoint(tmp_path):
 
 
 def test_model_card_renders_the_checkpoints_facts():
-    from hf_longclip.models.fcast.card import CARD as FCAST_CARD
+    from hf_longclip.recipes.fcast.card import CARD as FCAST_CARD
     from hf_longclip.training.hub import build_model_card
 
     template = FCAST_CARD.template

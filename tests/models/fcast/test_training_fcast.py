@@ -1,7 +1,7 @@
 """examples/train_fcast.py under a real `accelerate launch`, tiny: one process (Table 2's rows and Table 5's),
 2-process DeepSpeed ZeRO-2 and ZeRO-3 (FLAIR and F-CAST; the table, the grounding figures, checkpoints AutoModel
 reloads), a run killed mid-way that resumes to the weights of an uninterrupted one, and `--push_to_hub` with
-F-CAST's model card (src/hf_longclip/models/fcast/model_card.md; loaded back by repo id with the package absent)."""
+F-CAST's model card (src/hf_longclip/recipes/fcast/model_card.md; loaded back by repo id with the package absent)."""
 
 import json
 

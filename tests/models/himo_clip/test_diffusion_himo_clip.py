@@ -7,7 +7,7 @@ from conftest import char_clip_tokenizer, tiny_himo, tiny_processor, tiny_sub_co
 from transformers import CLIPTextConfig, CLIPTextModel, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
-from hf_longclip.diffusion import text_encoder_for_diffusion
+from hf_longclip.integrations.diffusion import text_encoder_for_diffusion
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers import StableDiffusionPipeline  # noqa: E402

@@ -11,7 +11,7 @@ from conftest import CAPTIONS, himo_task, random_images, tiny_himo, tiny_process
 from helpers.launch import torchrun
 
 from hf_longclip.objectives import contrastive_loss
-from hf_longclip.models.himo_clip.objective import hide_components
+from hf_longclip.objectives.himo_clip import hide_components
 
 WORLD_SIZE = 2
 

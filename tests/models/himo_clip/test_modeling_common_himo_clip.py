@@ -17,7 +17,7 @@ from helpers.modeling_common import (
 from transformers.testing_utils import require_torch
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
-from hf_longclip.models.himo_clip.task import HiMoCLIPTask
+from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 
 
 @pytest.mark.slow  # transformers' whole common battery: minutes of CPU per model, so outside the fast suite

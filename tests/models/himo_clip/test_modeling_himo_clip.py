@@ -62,7 +62,7 @@ def _pca_components(embeds: torch.Tensor, tau: float) -> torch.Tensor:
 def test_table5_variants_written_from_the_paper():
     """Table 5: L_comp alone (no global term) and L_global + L_comp^{u,v} (HiDe on images too, components aligned
     with components)."""
-    from hf_longclip.models.himo_clip.objective import MoLoLoss
+    from hf_longclip.objectives.himo_clip import MoLoLoss
 
     torch.manual_seed(1)
     image = F.normalize(torch.randn(7, 8), dim=-1)
@@ -82,7 +82,7 @@ def test_table5_variants_written_from_the_paper():
 
 
 def test_kept_components_counts_hide_m():
-    from hf_longclip.models.himo_clip.objective import kept_components
+    from hf_longclip.objectives.himo_clip import kept_components
 
     rows = torch.tensor([[3.0, 0.1, 0.0], [-3.0, -0.1, 0.0], [3.0, -0.1, 0.0], [-3.0, 0.1, 0.0]])
     assert kept_components(rows + 1, 0.9) == 1 and kept_components(rows, 0.9995) == 2

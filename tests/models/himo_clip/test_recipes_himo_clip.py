@@ -7,13 +7,8 @@ import torch
 import torch.nn.functional as F
 from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
 
-from hf_longclip.models.himo_clip.task import (
-    RECIPES,
-    FirstSentenceCollator,
-    HiMoCLIPTask,
-    LongCLIPTask,
-    first_sentence,
-)
+from hf_longclip.recipes.himo_clip.task import RECIPES, HiMoCLIPTask
+from hf_longclip.recipes.longclip import FirstSentenceCollator, LongCLIPTask, first_sentence
 from hf_longclip.objectives import LongCLIPLoss, contrastive_loss, principal_component_reconstruction
 
 

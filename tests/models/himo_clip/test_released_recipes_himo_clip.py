@@ -19,10 +19,11 @@ import torch.nn.functional as F
 from conversion.test_conversion_clip import images, longclip_release, released_longclip_text, token_ids
 from helpers.launch import torchrun
 
-from hf_longclip.conversion import convert_checkpoint
-from hf_longclip.convert_clip import clip_state_dict
+from hf_longclip.models.conversion import convert_checkpoint
+from hf_longclip.models.convert_clip import clip_state_dict
 from hf_longclip.models.himo_clip.convert_longclip import fold_position_tables
-from hf_longclip.models.himo_clip.task import HiMoCLIPTask, LongCLIPTask
+from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
+from hf_longclip.recipes.longclip import LongCLIPTask
 
 ROWS = 8  # per process
 COMPONENTS = 4  # Long-CLIP's PCA: fewer than the rows, so that the reduction is not the identity

@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_clip, tiny_onelip_processor
 
 from hf_longclip import OneLIPModel
-from hf_longclip.diffusion import text_encoder_for_diffusion
+from hf_longclip.integrations.diffusion import text_encoder_for_diffusion
 from hf_longclip.models.onelip import OneLIPTextModel
 
 diffusers = pytest.importorskip("diffusers")

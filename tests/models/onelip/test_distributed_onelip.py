@@ -13,7 +13,7 @@ from helpers.launch import torchrun
 
 from hf_longclip import OneLIPForPreTraining
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip.recipes.onelip.task import OneLIPTask
 
 WORLD_SIZE = 2
 

@@ -15,7 +15,7 @@ from transformers import CLIPModel
 
 from hf_longclip import OneLIPForPreTraining
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.models.onelip.hard_negatives import (
+from hf_longclip.recipes.onelip.hard_negatives import (
     EMPTY,
     QUEUE_DTYPE,
     HardNegativeQueues,
@@ -24,9 +24,9 @@ from hf_longclip.models.onelip.hard_negatives import (
     keep_mask,
 )
 from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
-from hf_longclip.models.onelip.negative_bank import NegativeBank, model_digest
-from hf_longclip.models.onelip.task import OneLIPTask
-from hf_longclip.models.onelip.objective import OneLIPLoss
+from hf_longclip.recipes.onelip.negative_bank import NegativeBank, model_digest
+from hf_longclip.recipes.onelip.task import OneLIPTask
+from hf_longclip.objectives.onelip import OneLIPLoss
 
 
 

@@ -16,7 +16,7 @@ from transformers.testing_utils import require_torch, torch_device
 
 from hf_longclip import OneLIPConfig, OneLIPForPreTraining, OneLIPModel
 from hf_longclip.models.onelip import OneLIPTextConfig
-from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip.recipes.onelip.task import OneLIPTask
 
 
 @pytest.mark.slow  # transformers' whole common battery: minutes of CPU per model, so outside the fast suite

@@ -23,7 +23,7 @@ from transformers.utils import logging
 from hf_longclip import OneLIPConfig, OneLIPForPreTraining, OneLIPModel, OneLIPProcessor
 from hf_longclip.models.onelip import OneLIPTextConfig, OneLIPTextModel
 from hf_longclip.models.onelip.modeling_onelip import OneLIPAttention, inverse_frequencies
-from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip.recipes.onelip.task import OneLIPTask
 from hf_longclip.training.task import save_options, saved_options
 
 LONG_TEXT = " ".join(CAPTIONS * 6)  # about 1,000 character tokens

@@ -13,10 +13,10 @@ from transformers import CLIPTextConfig, CLIPTextModel
 
 from hf_longclip import OneLIPForPreTraining
 from hf_longclip.models.onelip.modeling_onelip import TRIMRefine, text_token_mask
-from hf_longclip.models.onelip.task import OneLIPTask
-from hf_longclip.models.onelip.objective import OneLIPLoss, trim_scores, trim_select
-from hf_longclip.models.onelip.objective import coarse_loss, orthonormal_columns, token_wise_loss
-from hf_longclip.models.onelip.objective import top_right_singular_vectors
+from hf_longclip.recipes.onelip.task import OneLIPTask
+from hf_longclip.objectives.onelip import OneLIPLoss, trim_scores, trim_select
+from hf_longclip.objectives.onelip import coarse_loss, orthonormal_columns, token_wise_loss
+from hf_longclip.objectives.onelip import top_right_singular_vectors
 
 
 def _small_text():

@@ -13,7 +13,7 @@ from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import save_model, train
 from hf_longclip.training.lora import LoraArguments, apply_lora, merge_lora
-from hf_longclip.models.onelip.task import OneLIPTask
+from hf_longclip.recipes.onelip.task import OneLIPTask
 
 TERMS = {"coarse_loss", "token_loss", "contrastive_loss"}
 

@@ -2,7 +2,7 @@
 plot from scratch, checkpoints that reload through AutoModel as OneLIPModel without the teacher, ZeRO-2 equal to one
 process on the same global batch, a SIGKILLed run resuming to the weights of an uninterrupted one (through the loss
 weights' switch, which the task's step count drives), and `--push_to_hub` rendering OneLIP's model card
-(src/hf_longclip/models/onelip/model_card.md); Table 4's PO-HNM rows: a SIGKILLed run resumes to the queues and
+(src/hf_longclip/recipes/onelip/model_card.md); Table 4's PO-HNM rows: a SIGKILLed run resumes to the queues and
 weights of an uninterrupted one, in one process and under 2-process DDP.
 
 Each launch adapts a tiny base CLIP-77 (width 32, one layer) on 64 synthetic scenes for a few steps.
@@ -21,7 +21,7 @@ from transformers import AutoModel, AutoModelForPreTraining
 
 from hf_longclip import HiMoCLIPModel, OneLIPModel
 from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.models.himo_clip.base_clip import base_clip_task
+from hf_longclip.recipes.base_clip import base_clip_task
 from hf_longclip.training.recipe import BackboneArguments
 from hf_longclip.training.task import saved_options
 

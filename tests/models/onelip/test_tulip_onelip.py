@@ -1,4 +1,4 @@
-"""TULIP's two stages as the OneLIP miniature runs them (`hf_longclip.models.onelip.tulip`): the distillation loss of
+"""TULIP's two stages as the OneLIP miniature runs them (`hf_longclip.recipes.onelip.tulip`): the distillation loss of
 stage 1 against a transcription of TULIP's released training step, what each stage trains, the NTK switch and the
 text projection of stage 2, and examples/train_onelip.py's `tulip` variant under `accelerate launch`, killed in
 either stage and resumed to the weights of an uninterrupted run."""
@@ -15,7 +15,7 @@ from transformers import CLIPConfig, CLIPModel
 
 from hf_longclip import OneLIPModel
 from hf_longclip.data.collate import ImageTextCollator
-from hf_longclip.models.onelip.tulip import (
+from hf_longclip.recipes.onelip.tulip import (
     DISTILLATION_LOSSES,
     TULIPDistillationTask,
     distillation_loss,

@@ -1,5 +1,4 @@
-"""CAST: superpixel tokens and graph pooling (F-CAST's vision tower). The model's own modules; its task, card and
-figures are modules of this package, imported where used."""
+"""CAST: superpixel tokens and graph pooling (F-CAST's vision tower). The architecture alone; what trains it is `hf_longclip.recipes.cast`."""
 
 from .configuration_cast import CASTVisionConfig
 from .image_processing_cast import CASTImageProcessor, compute_superpixels

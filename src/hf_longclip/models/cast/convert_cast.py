@@ -27,7 +27,7 @@ import re
 
 import torch
 
-from hf_longclip.conversion import SourceInfo, check_consumed, load_converted, pop_weight
+from hf_longclip.models.conversion import SourceInfo, check_consumed, load_converted, pop_weight
 
 from .configuration_cast import STEM_STRIDE, CASTVisionConfig
 from .image_processing_cast import CASTImageProcessor

@@ -1,5 +1,4 @@
-"""DITM: CLIP's towers with GPO image pooling, trained with the adaptive triplet + ordering objective. The model's
-own modules; its task, card, evaluation and figures are modules of this package, imported where used."""
+"""DITM: CLIP's towers with GPO image pooling. The architecture alone; what trains it is `hf_longclip.recipes.ditm`."""
 
 from .configuration_ditm import DITMConfig
 from .modeling_ditm import DITMModel

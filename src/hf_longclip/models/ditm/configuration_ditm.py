@@ -13,7 +13,7 @@ class DITMConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
     r"""
     Configuration of [`DITMModel`]. All [`CLIPConfig`] arguments apply (the text encoder keeps CLIP's 77 positions
     unless told otherwise). DITM-specific arguments (Jang et al., Descriptive Image-Text Matching with Graded
-    Contextual Similarity); the objective's tau and lambda are arguments of `hf_longclip.models.ditm.task.DITMTask`:
+    Contextual Similarity); the objective's tau and lambda are arguments of `hf_longclip.recipes.ditm.task.DITMTask`:
 
     gpo_pe_dim (`int`, defaults to 32):
         Size of GPO's sin/cos encoding of the sorted index (VSE-infinity's `d_pe`).

@@ -1,7 +1,7 @@
 """DITM (Jang et al., "Descriptive Image-Text Matching with Graded Contextual Similarity"): CLIP's towers with a
 generalized pooling operator (GPO) over the image tokens and L2-normalised embeddings (Sec. IV-C.1), trained with
-the adaptive triplet + ordering objective of `hf_longclip.models.ditm.objective` (Eq. 7) by
-`hf_longclip.models.ditm.task.DITMTask`."""
+the adaptive triplet + ordering objective of `hf_longclip.objectives.ditm` (Eq. 7) by
+`hf_longclip.recipes.ditm.task.DITMTask`."""
 
 import math
 

@@ -1,5 +1,4 @@
-"""F-CAST: CAST vision tower, hierarchical text encoder, text-grounded pooling. The model's own modules; its task,
-card, evaluation and figures are modules of this package, imported where used."""
+"""F-CAST: CAST vision tower, hierarchical text encoder, text-grounded pooling. The architecture alone; what trains it is `hf_longclip.recipes.fcast`."""
 
 from .configuration_fcast import FCASTConfig, FCASTTextConfig
 from .modeling_fcast import FCASTGroundingOutput, FCASTModel, FCASTTextOutput

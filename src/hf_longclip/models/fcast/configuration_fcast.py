@@ -2,7 +2,7 @@
 configuration, a hierarchical text configuration (stage 1 over each chunk, stage 2 over the chunk embeddings) and
 the two-level loss's temperatures and biases. Switches give the architectures of its Table 2 between FLAIR and
 F-CAST: a ViT instead of CAST, CLIP's flat text encoder instead of the hierarchical one (FLAIR's flat loss instead of
-the two-level one is the training task's choice, `hf_longclip.models.fcast.task.FCASTTask`)."""
+the two-level one is the training task's choice, `hf_longclip.recipes.fcast.task.FCASTTask`)."""
 
 import math
 

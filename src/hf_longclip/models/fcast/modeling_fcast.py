@@ -7,8 +7,8 @@ causal text transformer, L1 = 8 blocks) encodes every chunk of the batch indepen
 pools each at its end-of-text token (t^sub, Eq. 1-2); a residual MLP adapter refines them; stage 2 (L2 = 4
 bidirectional blocks over [CLS] and the N chunk embeddings, with learned positions) gives the long-caption
 embedding t^long at [CLS] (Eq. 3).
-Training: the two-level sigmoid loss `hf_longclip.models.fcast.objective.FCASTLoss` (Eq. 6-8), applied by
-`hf_longclip.models.fcast.task.FCASTTask` through the text-grounded attention pooling (FLAIR's AttnPool), which the
+Training: the two-level sigmoid loss `hf_longclip.objectives.fcast.FCASTLoss` (Eq. 6-8), applied by
+`hf_longclip.recipes.fcast.task.FCASTTask` through the text-grounded attention pooling (FLAIR's AttnPool), which the
 model owns because inference uses it too (`get_grounding`). Retrieval uses the whole level only: the image [CLS]
 against t^long, both independent of the other modality.
 

@@ -1,5 +1,4 @@
-"""HiMo-CLIP: a CLIP with 248 text positions trained with MoLo (HiDe components). The model's own modules; its
-task, card, evaluation and figures are modules of this package, imported where used."""
+"""HiMo-CLIP: a CLIP with 248 text positions (Long-CLIP's stretched table). The architecture alone; what trains it is `hf_longclip.recipes.himo_clip`."""
 
 from .configuration_himo_clip import HiMoCLIPConfig
 from .modeling_himo_clip import HiMoCLIPModel

@@ -14,7 +14,7 @@ class HiMoCLIPConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
     r"""
     Configuration of [`HiMoCLIPModel`]: a [`CLIPConfig`] whose text encoder defaults to 248 positions (Long-CLIP's
     stretching of CLIP's 77). MoLo's and HiDe's hyper-parameters (tau, lambda, ...) are training options, arguments
-    of `hf_longclip.models.himo_clip.task.HiMoCLIPTask`, not part of the model.
+    of `hf_longclip.recipes.himo_clip.task.HiMoCLIPTask`, not part of the model.
 
     frozen_position_rows (`int`, defaults to 0):
         The first text position rows kept frozen in training (they receive no gradient; HiMo-CLIP's task also keeps

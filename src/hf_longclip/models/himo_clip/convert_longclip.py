@@ -1,7 +1,7 @@
 """Long-CLIP's and HiMo-CLIP's released weights (`longclip-B.pt`, `longclip-L.pt`, `himo-clip_L.pt`, ...) into a
 `HiMoCLIPModel`.
 
-Both release a bare OpenAI-CLIP state dict (see `hf_longclip.convert_clip`) with two 248-row text position
+Both release a bare OpenAI-CLIP state dict (see `hf_longclip.models.convert_clip`) with two 248-row text position
 tables: the forward of Long-CLIP's `model_longclip.py` adds `positional_embedding * mask1 + positional_embedding_res
 * mask2`, mask1 selecting rows 0-19 and mask2 rows 20-247. They fold exactly into one table: rows 0-19 of the
 first, rows 20-247 of the second. The converted configuration keeps rows 0-19 frozen in training
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from hf_longclip.conversion import ReportedResult, SourceInfo, load_converted, reported_retrieval
-from hf_longclip.convert_clip import check_tokenizer, clip_image_processor, clip_state_dict
+from hf_longclip.models.conversion import ReportedResult, SourceInfo, load_converted, reported_retrieval
+from hf_longclip.models.convert_clip import check_tokenizer, clip_image_processor, clip_state_dict
 from hf_longclip.modeling_common.positions import LONGCLIP_KEEP_POSITIONS
 
 from .configuration_himo_clip import HiMoCLIPConfig

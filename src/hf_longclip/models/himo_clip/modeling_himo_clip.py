@@ -1,8 +1,8 @@
 """HiMo-CLIP (Wu et al., "Modeling Semantic Hierarchy and Monotonicity in Vision-Language Alignment", AAAI 2026).
 
 A CLIP with 248 text positions, trained with MoLo = global InfoNCE + lambda * InfoNCE against HiDe components
-(in-batch PCA of the text embeddings; `hf_longclip.models.himo_clip.objective`, applied by
-`hf_longclip.models.himo_clip.task.HiMoCLIPTask`). Inference is plain CLIP cosine similarity.
+(in-batch PCA of the text embeddings; `hf_longclip.objectives.himo_clip`, applied by
+`hf_longclip.recipes.himo_clip.task.HiMoCLIPTask`). Inference is plain CLIP cosine similarity.
 """
 
 from transformers import CLIPModel

@@ -1,5 +1,4 @@
-"""OneLIP: CLIP's vision tower and a RoPE/NTK long text encoder, adapted in one stage (TRIM, PO-HNM). The model's
-own modules; its task, card, evaluation and figures are modules of this package, imported where used."""
+"""OneLIP: CLIP's vision tower and a RoPE/NTK long text encoder. The architecture alone; what trains it is `hf_longclip.recipes.onelip`."""
 
 from .configuration_onelip import OneLIPConfig, OneLIPTextConfig
 from .modeling_onelip import OneLIPForPreTraining, OneLIPModel, OneLIPTextModel

@@ -61,7 +61,7 @@ class OneLIPConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
     r"""
     Configuration of [`OneLIPModel`]: [`CLIPConfig`] arguments with an [`OneLIPTextConfig`] text part (248 tokens
     by default). TRIM's and Eq. 10's hyper-parameters (alpha, K, r, the loss weights and their schedule) are
-    training options, arguments of `hf_longclip.models.onelip.task.OneLIPTask`, not part of the model.
+    training options, arguments of `hf_longclip.recipes.onelip.task.OneLIPTask`, not part of the model.
     """
 
     model_type = "onelip"

@@ -3,8 +3,8 @@
 A dual encoder: CLIP's vision tower and a long text encoder, CLIP's text encoder with its absolute position table
 removed and rotary embeddings (Eq. 2) with NTK-scaled frequencies (Sec. 4.1) on the queries and keys of every
 self-attention layer. Retrieval embeddings are CLIP's: the projected image [CLS] and end-of-text embeddings, the
-text one independent of any image. Training is Eq. 10 (`hf_longclip.models.onelip.objective.OneLIPLoss`), applied by
-`hf_longclip.models.onelip.task.OneLIPTask` to `OneLIPForPreTraining`: `OneLIPModel` plus TRIM-Refine's learnable
+text one independent of any image. Training is Eq. 10 (`hf_longclip.objectives.onelip.OneLIPLoss`), applied by
+`hf_longclip.recipes.onelip.task.OneLIPTask` to `OneLIPForPreTraining`: `OneLIPModel` plus TRIM-Refine's learnable
 queries (Eq. 6), which only training uses, as transformers keeps pre-training heads apart from the base model. The
 task also holds the frozen base encoder (the teacher): training state, not part of either model.
 """
@@ -132,7 +132,7 @@ class TRIMRefine(nn.Module):
     """TRIM-Refine (Eq. 6): Z_agg = Attn(Q, Z', Z'), L2 learnable queries Q in single-head scaled dot-product
     attention over the tokens TRIM-Select kept (`kept` False at padding slots, masked), in the tokens' dtype
     (autocast off: the objective passes float32 states). The head of `OneLIPForPreTraining`, whose output the
-    token-wise distillation (`hf_longclip.models.onelip.objective.OneLIPLoss`) compares with the teacher; not used by
+    token-wise distillation (`hf_longclip.objectives.onelip.OneLIPLoss`) compares with the teacher; not used by
     inference."""
 
     def __init__(self, num_queries: int, dim: int):
@@ -276,7 +276,7 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
         self.post_init()
 
     def diffusion_text_encoder(self, with_projection: bool = False) -> OneLIPTextModel:
-        """The long text encoder alone (weights copied, eval mode), as `hf_longclip.diffusion` takes it for a
+        """The long text encoder alone (weights copied, eval mode), as `hf_longclip.integrations.diffusion` takes it for a
         diffusers pipeline's `text_encoder` (Sec. 4.4): `encoder(input_ids)[0]` is its per-token last hidden state.
         There is no OneLIP text model with its projection (SDXL's `text_encoder_2`): `with_projection` raises.
 
@@ -368,7 +368,7 @@ class OneLIPForPreTraining(CodeBundleMixin, OneLIPPreTrainedModel):
             Whether to return CLIP's symmetric InfoNCE over this batch, as `OneLIPModel` does.
         select_tokens (`Callable`, *optional*):
             TRIM-Select (Eq. 4-5) as the training objective configures it
-            (`hf_longclip.models.onelip.objective.OneLIPLoss.select_tokens`): `select_tokens(text_states,
+            (`hf_longclip.objectives.onelip.OneLIPLoss.select_tokens`): `select_tokens(text_states,
             token_embeds, image_embeds, valid) -> (selected_states, kept)`, from the long encoder's token states
             (B, L, d), the same projected into the joint space without gradient (B, L, P; A(i) of Eq. 5), the
             L2-normalised image embeddings (B, P) and the valid tokens (B, L); `kept` (B, K) marks the real tokens
