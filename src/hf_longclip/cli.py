@@ -243,9 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--debug", **debug, default=argparse.SUPPRESS)  # also after the command name
         return command
 
-    export = add_command("export-code", "regenerate modeling/<arch>/, the remote-code bundles, and "
-                                        "model_cards/<arch>.md, the model folders' card templates")
-    export.add_argument("--output", type=Path, default=Path("modeling"), help="destination directory of the bundles")
+    export = add_command("export-code", "regenerate modeling/, every model's remote code (each file once), and "
+                                        "model_cards/<arch>.md, the models' card templates")
+    export.add_argument("--output", type=Path, default=Path("modeling"), help="destination directory of the code")
     export.add_argument("--cards-output", type=Path, default=Path("model_cards"),
                         help="destination directory of the model cards")
     export.add_argument("--check", action="store_true",

@@ -39,7 +39,7 @@ def test_checkpoint_with_clip_tokenizer_loads_without_the_library(tmp_path):
     assert all(module.startswith("transformers_modules.") for module in loaded["classes"])
     resaved = tmp_path / "fresh.pt.resaved"
     for name in model_bundle("himo_clip"):
-        assert filecmp.cmp(resaved / name, REPO / "modeling" / "himo_clip" / name, shallow=False), name
+        assert filecmp.cmp(resaved / name, REPO / "modeling" / name, shallow=False), name
     torch.testing.assert_close(loaded["input_ids"], expected["input_ids"])
     for key in ("text", "image", "loss"):
         torch.testing.assert_close(loaded[key], expected[key], atol=1e-6, rtol=1e-6)
@@ -77,11 +77,10 @@ def test_modeling_bundle_is_what_save_pretrained_writes(tmp_path):
     tiny_himo().save_pretrained(tmp_path)
     tiny_processor().save_pretrained(tmp_path)
     written = sorted(p.name for p in tmp_path.glob("*.py"))
-    bundled = sorted(p.name for p in (REPO / "modeling" / "himo_clip").glob("*.py"))
-    assert written == bundled == sorted(model_bundle("himo_clip"))
+    assert written == sorted(model_bundle("himo_clip"))
     for name in written:
-        assert filecmp.cmp(tmp_path / name, REPO / "modeling" / "himo_clip" / name, shallow=False), (
-            f"modeling/himo_clip/{name} is stale: run `hf-longclip export-code`"
+        assert filecmp.cmp(tmp_path / name, REPO / "modeling" / name, shallow=False), (
+            f"modeling/{name} is stale: run `hf-longclip export-code`"
         )
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
     assert auto_map == {"AutoConfig": "configuration_himo_clip.HiMoCLIPConfig",
@@ -90,9 +89,24 @@ def test_modeling_bundle_is_what_save_pretrained_writes(tmp_path):
 
 
 def test_export_code_regenerates_the_bundle(tmp_path):
-    cli_main(["export-code", "--output", str(tmp_path), "--cards-output", str(tmp_path / "cards")])
-    comparison = filecmp.dircmp(tmp_path / "himo_clip", REPO / "modeling" / "himo_clip", ignore=["__pycache__"])
+    cli_main(["export-code", "--output", str(tmp_path / "modeling"), "--cards-output", str(tmp_path / "cards")])
+    comparison = filecmp.dircmp(tmp_path / "modeling", REPO / "modeling", ignore=["__pycache__"])
     assert not (comparison.diff_files or comparison.left_only or comparison.right_only)
+
+
+def test_modeling_holds_each_file_once_and_names_each_models_files():
+    """`modeling/` is one flat folder: no file twice under two names or in two folders, and its README lists the files
+    each model's checkpoints carry (what `save_pretrained` writes)."""
+    from hf_longclip.models import MODEL_FOLDERS
+
+    files = sorted((REPO / "modeling").iterdir())
+    assert not [path for path in files if path.is_dir()]
+    texts = [path.read_text() for path in files if path.suffix == ".py"]
+    assert len(set(texts)) == len(texts)
+    readme = (REPO / "modeling" / "README.md").read_text()
+    for arch in MODEL_FOLDERS:
+        row = next(line for line in readme.splitlines() if line.startswith(f"| {arch} |"))
+        assert re.findall(r"`([^`]+)`", row) == sorted(model_bundle(arch)), arch
 
 
 def test_bundle_files_are_generated_and_import_no_library_module():
@@ -111,9 +125,9 @@ def test_export_code_check_fails_on_a_stale_bundle(tmp_path):
     check = [sys.executable, "-m", "hf_longclip.cli", "export-code", "--check"]
     assert subprocess.run(check, cwd=REPO, capture_output=True).returncode == 0  # the committed bundles are fresh
     cli_main(["export-code", "--output", str(tmp_path), "--cards-output", str(tmp_path / "cards")])
-    stale = tmp_path / "himo_clip" / "dual_encoder.py"
+    stale = tmp_path / "dual_encoder.py"
     stale.write_text(stale.read_text() + "\n# edited by hand\n")
-    (tmp_path / "himo_clip" / "leftover.py").write_text("")
+    (tmp_path / "leftover.py").write_text("")
     result = subprocess.run([*check, "--output", str(tmp_path), "--cards-output", str(tmp_path / "cards")],
                             capture_output=True, text=True)
     assert result.returncode != 0

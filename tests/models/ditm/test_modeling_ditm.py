@@ -140,7 +140,7 @@ def test_checkpoint_loads_without_the_library_and_ships_the_generated_bundle(tmp
     written = sorted(p.name for p in path.glob("*.py"))
     assert written == sorted(model_bundle("ditm"))
     for name in written:
-        assert filecmp.cmp(path / name, REPO / "modeling" / "ditm" / name, shallow=False), name
+        assert filecmp.cmp(path / name, REPO / "modeling" / name, shallow=False), name
     images = random_images(3)
     for i, image in enumerate(images):
         image.save(path / f"image{i}.png")
