@@ -45,6 +45,16 @@ Targets of the issue, printed at the end from this run's numbers (ratios of per-
     python benchmarks/gpu_suite.py --configs clip248,himo --modes compile
     python benchmarks/gpu_suite.py --profile onelip/eager          # + a trace of 3 steady-state steps of one config
     python benchmarks/gpu_suite.py --tiny                          # the same code path on the CPU, 1-2 min
+    python benchmarks/gpu_suite.py --configs himo --modes eager     # the memory check and one configuration
+
+Memory check, first (point 2 of "What fits where"; `--no_memory_check` skips it): the memory planner
+(`hf_longclip.recipes.planner`, `hf-longclip plan`) traces a ViT-L/14 HiMo-CLIP step (bf16 mixed, with and without
+gradient checkpointing) on fake tensors on the CPU, then the same step (`hf_longclip.training.memory.TrainingStep`:
+the model's forward under accelerate's bf16 autocast, MoLo, backward, clipping, multi-tensor AdamW) runs on the GPU
+at batches 32 and 128 after a first step; its `torch.cuda.max_memory_allocated` (reset per step) against the
+planner's peak, and the growth over the step (peak minus what was allocated before it) against the planner's. With
+--tiny: the tiny size on the CPU, measured as the live bytes of the step's tensors (the planner's own counter over
+the real step). Results: `memory_check` in gpu_suite.json and a table in gpu_suite.md; target: within 10%.
 
 Eager configurations run first (an estimated 15 s each on an H100), then the compiled ones, most wanted first (a
 compile: a minute or more); a configuration that would not fit in what is left of the time budget is recorded
@@ -508,6 +518,7 @@ class Suite:
         self.out = Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.results: dict[str, dict] = {}
+        self.memory_check: dict | None = None
         self.flops: dict[tuple[str, int], int | None] = {}  # (name, batch) -> FLOPs of a step, for both modes
         if self.cuda:
             self.device_name = torch.cuda.get_device_name(self.device)
@@ -841,6 +852,29 @@ class Suite:
         print(f"{index} {describe(entry)}", flush=True)
         self.write()
 
+    def run_memory_check(self) -> None:
+        """`memory_check` within the time budget; an error is recorded, not raised."""
+        left = self.args.time_budget_s - self.elapsed()
+        expected = MEMORY_CHECK_SECONDS["tiny" if self.args.tiny else "gpu"]
+        if left < expected:
+            self.memory_check = {"status": "skipped", "error": f"time budget: {left:.0f} s left, the memory check "
+                                                               f"takes ~{expected:.0f} s"}
+        else:
+            print("memory check ...", flush=True)
+            start = time.perf_counter()
+            try:
+                with deadline(left):
+                    self.memory_check = memory_check(self)
+            except BudgetExceeded:
+                self.memory_check = {"status": "timeout", "error": f"the time budget ran out ({left:.0f} s left)"}
+            except Exception as error:  # noqa: BLE001 (the suite goes on)
+                self.memory_check = {"status": "error", "error": f"{type(error).__name__}: {error}"[:2000],
+                                     "traceback": traceback.format_exc()[-6000:]}
+            self.memory_check["seconds"] = time.perf_counter() - start
+            self.release()
+        print("\n".join(memory_markdown(self.memory_check)).strip(), flush=True)
+        self.write()
+
     # -- outputs --------------------------------------------------------------------------------------------------
 
     def environment(self) -> dict:
@@ -855,11 +889,13 @@ class Suite:
                 "elapsed_s": self.elapsed()}
 
     def write(self) -> None:
-        report = {"environment": self.environment(), "configs": self.results, "ratios": ratios(self.results)}
+        report = {"environment": self.environment(), "configs": self.results, "ratios": ratios(self.results),
+                  "memory_check": self.memory_check}
         temporary = self.out / "gpu_suite.json.tmp"
         temporary.write_text(json.dumps(report, indent=2, default=str))
         os.replace(temporary, self.out / "gpu_suite.json")
-        (self.out / "gpu_suite.md").write_text(markdown(self.results, report["environment"]))
+        (self.out / "gpu_suite.md").write_text(markdown(self.results, report["environment"])
+                                               + "\n".join(memory_markdown(self.memory_check)) + "\n")
 
 
 def dynamo_stats() -> dict:
@@ -954,6 +990,94 @@ def markdown(results: dict[str, dict], environment: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+MEMORY_CHECK = {"gpu": ("ViT-L/14", (32, 128)), "tiny": ("tiny", (4, 8))}  # planner size, batches measured
+MEMORY_CHECK_SECONDS = {"gpu": 150.0, "tiny": 60.0}  # expected length of the memory check
+
+
+def measured_step_memory(step, batch: dict, cuda: bool) -> tuple[int | None, int]:
+    """(peak bytes allocated during `step(batch)` (a `TrainingStep`), growth over what was allocated before it):
+    CUDA's allocator counters on a GPU; on the CPU (no counter) the live tensor bytes the planner's ledger counts
+    over the real step, starting from the model's, the optimizer's and the batch's (no absolute peak)."""
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        step(batch)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+        return peak, peak - before
+    from hf_longclip.training.memory import StorageLedger
+
+    ledger = StorageLedger()
+    ledger.tag([list(step.model.parameters()), list(step.model.buffers()), batch,
+                [list(state.values()) for state in step.optimizer.state.values()]], "weights")
+    before = sum(ledger.live)
+    ledger.recording = True
+    with ledger:
+        step(batch)
+    return None, int(max(sum(event) for event in ledger.events) - before)
+
+
+def memory_check(suite: "Suite") -> dict:
+    """The planner's prediction against the measured step (see the module docstring)."""
+    from hf_longclip.recipes.planner import BUILDERS, SIZES, PlanSettings
+    from hf_longclip.training.memory import TrainingStep, trace_step_memory
+
+    size, batches = MEMORY_CHECK["tiny" if suite.args.tiny else "gpu"]
+    rows = []
+    for checkpointing in (False, True):
+        settings = PlanSettings(size=size, method="himo", gradient_checkpointing=checkpointing,
+                                target="gpu" if suite.cuda else "cpu")
+        start = time.perf_counter()
+        memory = trace_step_memory(lambda: BUILDERS["himo"](settings, SIZES[size]), settings.step_options(),
+                                   settings.traced_batch_sizes)
+        trace_s = time.perf_counter() - start
+        torch.manual_seed(0)
+        with suite.device:
+            workload = BUILDERS["himo"](settings, SIZES[size])
+            step = TrainingStep(workload, settings.step_options())
+            step(workload.make_batch(batches[0]))  # AdamW's state, first-call set-up
+            for batch_size in batches:
+                batch = workload.make_batch(batch_size)
+                start = time.perf_counter()
+                peak, growth = measured_step_memory(step, batch, suite.cuda)
+                seconds = time.perf_counter() - start
+                predicted_peak = memory.peak(batch_size)
+                predicted_growth = predicted_peak - memory.live_before(batch_size)
+                rows.append({"gradient_checkpointing": checkpointing, "batch_size": batch_size,
+                             "predicted_peak": predicted_peak, "measured_peak": peak,
+                             "peak_ratio": None if peak is None else predicted_peak / peak,
+                             "predicted_growth": predicted_growth, "measured_growth": growth,
+                             "growth_ratio": predicted_growth / growth, "step_s": seconds, "trace_s": trace_s})
+                del batch
+        del step, workload
+        suite.release()
+    worst = max(abs(row[key] - 1) for row in rows for key in ("peak_ratio", "growth_ratio") if row[key] is not None)
+    return {"status": "ok", "size": size, "method": "himo", "precision": "bf16 mixed (accelerate's autocast)",
+            "measured": "torch.cuda.max_memory_allocated" if suite.cuda else "live tensor bytes (CPU)",
+            "rows": rows, "worst_relative_error": worst, "target": 0.10, "met": worst <= 0.10}
+
+
+def memory_markdown(check: dict | None) -> list[str]:
+    if not check:
+        return []
+    if check["status"] != "ok":
+        return ["", f"Memory check: {check['status']}: {check.get('error', '')}"]
+    lines = ["", f"Memory check: the planner against {check['measured']}, {check['method']} at {check['size']}, "
+                 f"{check['precision']} (worst relative error {check['worst_relative_error']:.3f}, target "
+                 f"{check['target']:g}: {'met' if check['met'] else '**missed**'}).", "",
+             "| checkpointing | batch | predicted peak GiB | measured peak GiB | ratio | predicted growth GiB | "
+             "measured growth GiB | ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in check["rows"]:
+        gib = 2**30
+        peak = "-" if row["measured_peak"] is None else f"{row['measured_peak'] / gib:.3f}"
+        ratio = "-" if row["peak_ratio"] is None else f"{row['peak_ratio']:.3f}"
+        lines.append(f"| {'on' if row['gradient_checkpointing'] else 'off'} | {row['batch_size']} | "
+                     f"{row['predicted_peak'] / gib:.3f} | {peak} | {ratio} | {row['predicted_growth'] / gib:.3f} | "
+                     f"{row['measured_growth'] / gib:.3f} | {row['growth_ratio']:.3f} |")
+    return lines
+
+
 GPU_DEFAULTS = dict(warmup=3, steps=10, sync_steps=2, max_batch=512, compile_backend="inductor")
 TINY_DEFAULTS = dict(warmup=0, steps=1, sync_steps=1, max_batch=4, compile_backend="eager", device="cpu")
 
@@ -976,6 +1100,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--compile_mode", default=None, help="torch.compile mode (default: None, the default mode)")
     parser.add_argument("--peak_tflops", type=float, default=None, help="dense bf16 peak, overriding the lookup")
     parser.add_argument("--device", help="cuda where available, else cpu (--tiny: cpu)")
+    parser.add_argument("--no_memory_check", action="store_true",
+                        help="skip the memory planner's check against the measured step (default: run it first)")
     parser.add_argument("--tiny", action="store_true",
                         help="widths 64, 2 layers, 64 px, on the CPU, batch 4, 1 timed step, compile backend 'eager' "
                              "(Dynamo's graph capture without Inductor's code generation): tests the script")
@@ -1012,11 +1138,13 @@ def main(argv=None) -> None:
         print(f"not installed, stubbed (only CAST's image processor imports them): {', '.join(STUBBED_MODULES)}",
               flush=True)
     print(f"{len(args.plan)} configurations, time budget {args.time_budget_s:g} s: {', '.join(args.plan)}", flush=True)
+    if not args.no_memory_check:
+        suite.run_memory_check()
     for config in args.plan:
         suite.run(config)
     print(f"\ndevice: {suite.device_name}\ntorch {torch.__version__}, CUDA {torch.version.cuda}, transformers "
           f"{transformers.__version__}, total {suite.elapsed():.0f} s\n")
-    print(markdown(suite.results, suite.environment()), flush=True)
+    print(markdown(suite.results, suite.environment()) + "\n".join(memory_markdown(suite.memory_check)), flush=True)
     print(f"written: {suite.out / 'gpu_suite.json'}, {suite.out / 'gpu_suite.md'}", flush=True)
 
 

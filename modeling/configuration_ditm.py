@@ -4,10 +4,7 @@
 from transformers import CLIPConfig
 
 from .saving import CodeBundleMixin
-from .configuration import RefusesPlainCLIPMixin, drop_training_options
-
-# the objective's options, which configurations saved before they moved to `DITMTask` still carry
-TRAINING_OPTIONS = ("margin_scale", "order_weight")
+from .configuration import RefusesPlainCLIPMixin
 
 
 class DITMConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
@@ -36,7 +33,7 @@ class DITMConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
         if self.gpo_hidden_dim < 1 or self.gpo_temperature <= 0:
             raise ValueError(f"gpo_hidden_dim must be >= 1 and gpo_temperature > 0, got {self.gpo_hidden_dim} and "
                              f"{self.gpo_temperature}")
-        super().__post_init__(**drop_training_options(kwargs, TRAINING_OPTIONS, "DITMTask"))
+        super().__post_init__(**kwargs)
 
 
 __all__ = ["DITMConfig"]

@@ -11,7 +11,6 @@ from huggingface_hub.dataclasses import strict
 from transformers import CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
 
 from .saving import CodeBundleMixin
-from .configuration import drop_training_options
 from .configuration_cast import CASTVisionConfig
 
 
@@ -64,8 +63,6 @@ class FCASTTextConfig(CLIPTextConfig):
 
 VISION_BACKBONES = {"cast": CASTVisionConfig, "vit": CLIPVisionConfig}
 ATTENTION_POOLINGS = ("fcast", "flair")
-# the objective's options, which configurations saved before they moved to `FCASTTask` still carry
-TRAINING_OPTIONS = ("objective", "part_loss_weight")
 
 
 @strict
@@ -127,7 +124,7 @@ class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
         elif not isinstance(self.vision_config, vision_class):
             raise ValueError(f"vision_backbone={self.vision_backbone!r} needs a {vision_class.__name__}, got "
                              f"{type(self.vision_config).__name__}")
-        super().__post_init__(**drop_training_options(kwargs, TRAINING_OPTIONS, "FCASTTask"))
+        super().__post_init__(**kwargs)
         if self.projection_dim < 1 or self.pool_heads < 1 or self.projection_dim % self.pool_heads:
             raise ValueError(f"pool_heads ({self.pool_heads}) must divide projection_dim ({self.projection_dim})")
         stages = len(getattr(self.vision_config, "depths", [None]))  # a ViT: one level

@@ -11,18 +11,19 @@ bins and 15 iterations); "slic", scikit-image's SLIC (Achanta et al. 2012). F-CA
 another algorithm is one more entry of `SUPERPIXEL_METHODS` (a function (H, W, 3) uint8 RGB, segment count -> (H, W)
 integer labels).
 
-cv2 and skimage are imported at the top so that transformers' remote-code loader names a missing one.
+OpenCV and scikit-image (the extra `hf-longclip[cast]`) are imported by the superpixel functions, when superpixels are
+first computed (`modeling_common.optional.require`, whose error names the packages): constructing, saving or loading
+the processor, or passing superpixel ids computed before, needs neither.
 """
 
-import cv2
 import numpy as np
 import PIL.Image
-import skimage.segmentation
 from transformers import BatchFeature
 from transformers.image_processing_utils import BaseImageProcessor
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from .images import to_rgb_images
+from .optional import require
 from .saving import CodeBundleMixin
 
 from .configuration_cast import STEM_STRIDE
@@ -32,6 +33,7 @@ SEEDS_SETTINGS = dict(num_levels=1, prior=2, double_step=False)  # CAST's datase
 SEEDS_HISTOGRAM_BINS, SEEDS_ITERATIONS = 15, 20  # CAST's moco-v3/suppix_utils/datasets_seeds.py
 RESAMPLING = {"bicubic": PIL.Image.Resampling.BICUBIC, "bilinear": PIL.Image.Resampling.BILINEAR}
 SUPERPIXEL_INPUTS = ("crop", "denormalized")
+SUPERPIXEL_PACKAGES = ("opencv-contrib-python-headless", "scikit-image")  # the extra `hf-longclip[cast]`
 SFCN_UNAVAILABLE = (
     "superpixel_method='sfcn': F-CAST's learned SFCN superpixels (Yang et al. 2020) need trained network weights, "
     "which cannot be fetched here; use 'seeds' (CAST's) or 'slic', or register an SFCN function in "
@@ -39,20 +41,27 @@ SFCN_UNAVAILABLE = (
 )
 
 
-def _require_ximgproc() -> None:
-    """SEEDS lives in OpenCV's contrib modules (`cv2.ximgproc`), which plain `opencv-python` lacks."""
+def _superpixel_module(name: str):
+    """`cv2` or `skimage.segmentation`, imported on first use; a missing one names the extra and its packages."""
+    return require(name, "cast", SUPERPIXEL_PACKAGES, "CAST's superpixels")
+
+
+def _require_ximgproc():
+    """cv2, with SEEDS: it lives in OpenCV's contrib modules (`cv2.ximgproc`), which plain `opencv-python` lacks."""
+    cv2 = _superpixel_module("cv2")
     if not hasattr(cv2, "ximgproc"):
         raise ImportError(
             "superpixel_method='seeds' needs OpenCV's contrib modules (cv2.ximgproc), which this OpenCV build lacks "
             "(opencv-python or opencv-python-headless): pip uninstall opencv-python opencv-python-headless && pip "
             "install opencv-contrib-python-headless; or use superpixel_method='slic'"
         )
+    return cv2
 
 
 def seeds_superpixels(image: np.ndarray, num_segments: int, iterations: int = SEEDS_ITERATIONS,
                       histogram_bins: int = SEEDS_HISTOGRAM_BINS) -> np.ndarray:
     """SEEDS superpixels of an (H, W, 3) uint8 RGB image in LAB space, as CAST computes them."""
-    _require_ximgproc()
+    cv2 = _require_ximgproc()
     height, width = image.shape[:2]
     seeds = cv2.ximgproc.createSuperpixelSEEDS(width, height, 3, num_segments, histogram_bins=histogram_bins,
                                                **SEEDS_SETTINGS)
@@ -62,7 +71,8 @@ def seeds_superpixels(image: np.ndarray, num_segments: int, iterations: int = SE
 
 def slic_superpixels(image: np.ndarray, num_segments: int, compactness: float = 10.0) -> np.ndarray:
     """scikit-image's SLIC superpixels of an (H, W, 3) uint8 RGB image (its LAB k-means)."""
-    return skimage.segmentation.slic(image, n_segments=num_segments, compactness=compactness, start_label=0)
+    segmentation = _superpixel_module("skimage.segmentation")
+    return segmentation.slic(image, n_segments=num_segments, compactness=compactness, start_label=0)
 
 
 def _sfcn_superpixels(image: np.ndarray, num_segments: int) -> np.ndarray:
@@ -150,8 +160,6 @@ class CASTImageProcessor(CodeBundleMixin, BaseImageProcessor):
                              f"got {superpixel_method!r}")
         if superpixel_method == "sfcn":
             raise ValueError(SFCN_UNAVAILABLE)
-        if superpixel_method == "seeds":
-            _require_ximgproc()
         resize_size = size if resize_size is None else resize_size
         if resize_size < size:
             raise ValueError(f"resize_size ({resize_size}) must be at least the crop size ({size})")

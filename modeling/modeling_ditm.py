@@ -5,13 +5,14 @@ the adaptive triplet + ordering objective of `hf_longclip.objectives.ditm` (Eq. 
 `hf_longclip.recipes.ditm.task.DITMTask`."""
 
 import math
+from typing import Unpack
 
 import torch
 from torch import nn
 from transformers import CLIPModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling
-from transformers.utils import can_return_tuple
+from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .clip_dual_encoder import CLIPDualEncoder
 from .dual_encoder import check_pixel_values
@@ -23,14 +24,19 @@ DEFAULT_CLIP_CHECKPOINT = "openai/clip-vit-base-patch16"
 
 
 class DITMModel(CLIPDualEncoder):
-    """CLIP whose image embedding is GPO over the projected tokens of the vision tower. `forward(return_loss=True)`
-    returns CLIP's InfoNCE over the given local batch; DITM's objective (Eq. 7) is `DITMTask`'s.
+    """
+    CLIP whose image embedding is GPO over the projected tokens of the vision tower (Sec. IV-C.1).
+    `forward(return_loss=True)` returns CLIP's InfoNCE over the given local batch; DITM's objective (Eq. 7) is
+    `DITMTask`'s.
 
     Image embedding (a choice; the paper says "GPO atop a ViT"): every output token of the vision transformer, the
     class token included, goes through CLIP's post-layernorm and visual projection, and GPO pools the projected
     tokens, so the GPO output lives in CLIP's joint space from the first step. The text embedding is CLIP's
     (end-of-text token, projected). Both are L2-normalised in `forward`; DITM scores pairs by cosine similarity
     with no temperature, so the logit scale (kept for `logits_per_image`, e.g. the zero-shot pipeline) is frozen.
+
+    Args:
+        config ([`DITMConfig`]): the model's configuration.
     """
 
     config: DITMConfig
@@ -63,10 +69,21 @@ class DITMModel(CLIPDualEncoder):
 
     @can_return_tuple
     def get_image_features(
-        self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False, **kwargs
+        self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False, **kwargs: Unpack[TransformersKwargs]
     ) -> BaseModelOutputWithPooling:
-        """The vision tower's outputs, with `pooler_output` the GPO pooling of its projected tokens (not
-        normalised, as CLIP's `get_image_features`)."""
+        r"""
+        The vision tower's outputs, with `pooler_output` the GPO pooling of its projected tokens (not normalised, as
+        CLIP's `get_image_features`).
+
+        Args:
+            pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
+                The images, as the model's processor normalises them.
+            interpolate_pos_encoding (`bool`, *optional*, defaults to `False`):
+                Whether to interpolate the pre-trained position encodings (images of another size).
+
+        Returns:
+            [`~modeling_outputs.BaseModelOutputWithPooling`] (a tuple with `return_dict=False`).
+        """
         check_pixel_values(pixel_values)
         vision_outputs = self.vision_model(
             pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs

@@ -5,7 +5,13 @@ truncates to the model's text positions and pads to the batch's longest text, wi
 
 from transformers import BatchEncoding, ProcessorMixin
 
-from .captions import check_texts, warn_unknown_tokens
+from .captions import (
+    check_texts,
+    new_truncation_stats,
+    record_truncation,
+    tokens_cut,
+    warn_unknown_tokens,
+)
 from .images import to_rgb_images
 from .saving import CodeBundleMixin
 
@@ -17,13 +23,18 @@ class DualEncoderProcessor(CodeBundleMixin, ProcessorMixin):
     Captions must be non-empty strings; images may be PIL images of any mode (16-bit included), numpy arrays or
     torch tensors (HxW, HxWxC, CxHxW), converted to 8-bit RGB by `modeling_common.images.to_rgb_images`. The first
     time most of a caption's tokens are unknown to the tokenizer, an `UnknownTokensWarning` names the rate (once per
-    processor)."""
+    processor).
+
+    `truncation_stats` counts, over the processor's life, the texts tokenized, how many truncation cut and by how
+    many tokens (`modeling_common.captions.new_truncation_stats`); `hf-longclip eval` and the training loop reset it
+    and report it once per run."""
 
     def __init__(self, image_processor=None, tokenizer=None, max_length: int = 77, **kwargs):
         if max_length < 2:
             raise ValueError(f"max_length must leave room for the start and end tokens, got {max_length}")
         self.max_length = max_length
         self._unknown_tokens_warned = False  # not an `__init__` argument, so never saved
+        self.truncation_stats = new_truncation_stats(max_length)  # neither is this
         super().__init__(image_processor, tokenizer, **kwargs)
 
     def __call__(
@@ -78,6 +89,11 @@ class DualEncoderProcessor(CodeBundleMixin, ProcessorMixin):
                 raise ValueError(
                     f"texts of {length} tokens exceed the model's {self.max_length} positions; keep truncation=True"
                 )
+            if truncation not in (False, None, "do_not_truncate"):
+                cuts = tokens_cut(self.tokenizer, text, tokens["input_ids"], tokens.get("attention_mask"),
+                                  self.max_length)
+                stats = self.__dict__.setdefault("truncation_stats", new_truncation_stats(self.max_length))
+                record_truncation(stats, cuts, self.max_length)
             encoding.update(tokens)
         if images is not None:
             given = {} if superpixels is None else {"superpixels": superpixels}  # precomputed: CAST's processor

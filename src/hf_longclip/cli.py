@@ -43,6 +43,7 @@ def _eval(args: argparse.Namespace) -> None:
 
     from hf_longclip.evaluation import run_evaluation
 
+    _image_policy(args)
     try:
         report = run_evaluation(args.model, args.dataset, args.data_dir, args.output_dir, args.split,
                                 args.max_samples, args.tasks, args.batch_size, args.device,
@@ -53,17 +54,43 @@ def _eval(args: argparse.Namespace) -> None:
             raise
         raise ValueError(f"{error} On the command line: --trust-remote-code (only for code you trust).") from None
     print(json.dumps(report["metrics"], indent=2))
+    rules = ", ".join(f"{task} {rule}" for task, rule in report["tie_rules"].items())
     print(f"report and plots in {args.output_dir}/ ({report['num_samples']} samples, "
-          f"{report['num_skipped_images']} corrupt images skipped, ties credited {report['tie_rule']})")
+          f"{report['num_skipped_images']} corrupt images skipped, ties credited {report['tie_rule']}"
+          f"{f': {rules}' if report['tie_rule'] == 'official' and rules else ''})")
+    from hf_longclip.data.caption_files import describe_truncation
+
+    reasons = ", ".join(f"{reason} {count}" for reason, count in report["skipped_images"]["by_reason"].items())
+    print(f"{f'skipped images by reason: {reasons}; ' if reasons else ''}captions: "
+          f"{describe_truncation(report['caption_truncation'])}")
+
+
+def _image_policy(args: argparse.Namespace) -> None:
+    """`--bad-samples` and `--max-image-pixels`, set for this process and those it starts (`data.image_files`)."""
+    from hf_longclip.data.image_files import set_bad_sample_policy, set_max_image_pixels
+
+    if getattr(args, "bad_samples", None) is not None:
+        set_bad_sample_policy(args.bad_samples)
+    if getattr(args, "max_image_pixels", None) is not None:
+        set_max_image_pixels(args.max_image_pixels)
 
 
 def _shard(args: argparse.Namespace) -> None:
+    import json
+
+    from hf_longclip.data.image_files import SkippedSamples
     from hf_longclip.data.shards import shard_source, write_shards
 
+    _image_policy(args)
     dataset = shard_source(args.source, args.data_dir, args.split, args.max_samples)
     manifest = write_shards(dataset, args.output_dir, args.shard_size, args.workers,
                             description=f"{args.source} {args.split or ''}".strip())
-    print(f"{len(dataset)} samples in {args.output_dir}/ (manifest: {manifest})")
+    written = json.loads(manifest.read_text())
+    skipped = SkippedSamples("skip")
+    skipped.merge(written["skipped"])
+    cleaned = written["captions_cleaned"]
+    print(f"{written['num_samples']} samples in {args.output_dir}/ ({skipped.describe()}"
+          f"{f', {cleaned} caption(s) cleaned of control characters' if cleaned else ''}; manifest: {manifest})")
 
 
 def _convert(args: argparse.Namespace) -> None:
@@ -87,7 +114,7 @@ def _convert(args: argparse.Namespace) -> None:
         from hf_longclip.training.hub import push_to_hub
 
         card = conversion_card(args.format, args.push_to_hub, args.text_encoder_only, model=model,
-                               checkpoint=args.checkpoint)
+                               checkpoint=args.checkpoint, output_dir=output)
         url = push_to_hub(output, args.push_to_hub, card=card,
                           commit_message=f"Convert the released {args.format} weights with hf-longclip")
         print(f"pushed: {url}")
@@ -192,6 +219,38 @@ def _demo(args: argparse.Namespace) -> None:
              args.batch_size)
 
 
+# `plan`'s choices, written out here so that its --help imports nothing (tests/training/test_planner.py checks them
+# against hf_longclip.recipes.planner's SIZES and METHODS)
+PLAN_SIZES = ("ViT-B/16", "ViT-L/14", "ViT-L/14-336", "ViT-bigG-14", "tiny")
+PLAN_METHODS = ("himo", "longclip", "onelip", "ditm", "flair", "fcast")
+
+
+def _plan(args: argparse.Namespace) -> None:
+    import json
+
+    from hf_longclip.recipes.planner import PlanSettings, format_plan, plan_memory
+
+    settings = PlanSettings(size=args.size, method=args.method, precision=args.precision,
+                            gradient_checkpointing=args.gradient_checkpointing, zero_stage=args.zero_stage,
+                            processes=args.processes, chunk=args.chunk, lora_r=args.lora_r, lock=args.lock,
+                            hard_negatives=args.hard_negatives, bank_captions=args.bank_captions, target=args.target,
+                            batch_sizes=tuple(args.batch_sizes or ()))
+    plan = plan_memory(settings)
+    print(format_plan(plan))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
+        print(f"written: {args.json}")
+
+
+def _batch_sizes(value: str) -> list[int]:
+    """`--batch-sizes`: a comma list of two or more increasing positive integers."""
+    sizes = [_positive_int(item.strip()) for item in value.split(",") if item.strip()]
+    if len(sizes) < 2 or sorted(set(sizes)) != sizes:
+        raise argparse.ArgumentTypeError(f"expected two or more increasing batch sizes, got {value!r}")
+    return sizes
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Keeps the epilog's lines; appends "(default: ...)" to an option's help unless it already tells its default
     (or the option is required)."""
@@ -228,6 +287,18 @@ def _positive_int(value: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
     return int(value)
+
+
+def _add_image_policy(command: argparse.ArgumentParser) -> None:
+    """The options of what a command does with a sample that cannot be read (docs/data.md)."""
+    command.add_argument("--bad-samples", choices=("skip", "error"),
+                         help="a sample whose image is missing, empty, truncated, not an image or too large (or whose "
+                              "caption is empty): skip it and count it by reason in the manifest / report (default; "
+                              "or HF_LONGCLIP_BAD_SAMPLES), or stop with an error naming its file and id")
+    command.add_argument("--max-image-pixels", metavar="N",
+                         help="images with more pixels are refused as possible decompression bombs, before they are "
+                              "decoded (default: Pillow's limit, 89478485, or HF_LONGCLIP_MAX_IMAGE_PIXELS; 'none': "
+                              "no limit)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -281,11 +352,15 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--topk", type=_positive_int, default=128,
                           help="texts re-scored per image with --scoring conditioned-topk (default 128)")
     evaluate.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-    evaluate.add_argument("--tie-rule", choices=("fair", "optimistic", "pessimistic"), default="fair",
-                          help="how tied scores count: fair (default: their expected credit when ties are broken at "
-                               "random), optimistic (as hits) or pessimistic (as misses)")
+    evaluate.add_argument("--tie-rule", choices=("official", "fair", "optimistic", "pessimistic", "first", "last"),
+                          default="official",
+                          help="how tied scores count: official (default: as the benchmark protocol's own evaluation "
+                               "code, see docs/evaluation.md; fair where that code's tie order is undefined), fair "
+                               "(their expected credit when ties are broken at random), optimistic (as hits), "
+                               "pessimistic (as misses), first / last (by position: the lower / higher index first)")
     evaluate.add_argument("--output-dir", type=Path, default=Path("outputs/eval"),
                           help="where report.json and the plots go (outputs/ is git-ignored)")
+    _add_image_policy(evaluate)
     evaluate.set_defaults(run=_eval)
 
     convert = add_command("convert", "convert released weights (Long-CLIP, HiMo-CLIP, OpenAI CLIP, open_clip, ...) "
@@ -325,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     shard.add_argument("--max-samples", type=int, help="the first N samples only (default: all)")
     shard.add_argument("--shard-size", type=int, default=1000, help="samples per shard")
     shard.add_argument("--workers", type=int, default=1, help="processes writing shards in parallel")
+    _add_image_policy(shard)
     shard.set_defaults(run=_shard)
 
     onnx = add_command("export-onnx", "export a dual encoder's text and image towers to ONNX (docs/integrations.md)")
@@ -356,6 +432,42 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--write-space", type=Path, metavar="DIR", help="write a Hugging Face Space (app.py, "
                       "requirements.txt, README.md) running this app with the --model Hub ids, and exit")
     demo.set_defaults(run=_demo)
+
+    plan = add_command("plan", "memory per process of a method's training step at a released size, by part, and the "
+                               "largest batch that fits 24, 40, 80 and 141 GB GPUs (traced on fake tensors; "
+                               "docs/training.md)")
+    plan.add_argument("--size", choices=PLAN_SIZES, default="ViT-B/16",
+                      help="model size: ViT-B/16, ViT-L/14, ViT-L/14-336 (CLIP's), ViT-bigG-14 (OpenCLIP's, whose "
+                           "text tower is SDXL's second text encoder; --lock image trains that tower alone), tiny "
+                           "(the tests')")
+    plan.add_argument("--method", choices=PLAN_METHODS, default="himo",
+                      help="himo (HiMo-CLIP: MoLo), longclip (Long-CLIP's fine-tuning), onelip, ditm, flair (FLAIR "
+                           "on a ViT), fcast (F-CAST: CAST-B, at ViT-B/16 only)")
+    plan.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
+                      help="bf16: mixed precision (accelerate's autocast; DeepSpeed's bf16 under --zero-stage)")
+    plan.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward "
+                                                                            "(default: off)")
+    plan.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), default=0,
+                      help="DeepSpeed ZeRO stage (0: none; DDP with --processes > 1)")
+    plan.add_argument("--processes", type=_positive_int, default=1, help="processes (GPUs) the batch is spread over")
+    plan.add_argument("--chunk", type=int, default=0,
+                      help="gradient caching's chunk (--per_device_train_batch_size under --contrastive_batch_size); "
+                           "0: off (default)")
+    plan.add_argument("--lora-r", type=int, default=0, help="LoRA rank on the attention projections (0: full "
+                                                            "fine-tuning, the default)")
+    plan.add_argument("--lock", choices=("none", "image", "text"), default="none",
+                      help="a tower frozen (open_clip's --lock-image / --lock-text)")
+    plan.add_argument("--hard-negatives", type=int, default=1024, help="onelip: PO-HNM's M, negatives queued per "
+                                                                       "sample (0: none)")
+    plan.add_argument("--bank-captions", type=int, default=1_200_000,
+                      help="onelip: captions in the negative bank held on the GPU (ShareGPT4V's 1.2M by default)")
+    plan.add_argument("--target", choices=("gpu", "cpu"), default="gpu",
+                      help="gpu: AdamW's multi-tensor kernels and memory set aside per card; cpu: PyTorch's CPU "
+                           "defaults, nothing set aside")
+    plan.add_argument("--batch-sizes", type=_batch_sizes, help="batches traced (default: 8,16,24; with --chunk C: "
+                                                               "2C,3C,4C)")
+    plan.add_argument("--json", type=Path, help="also write the plan as JSON here (default: no file)")
+    plan.set_defaults(run=_plan)
     return parser
 
 

@@ -16,15 +16,14 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .modeling_common.optional import require
+
 
 def pyplot():
-    """matplotlib.pyplot on the Agg backend, imported on first use (matplotlib is optional)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    """matplotlib.pyplot on the Agg backend, imported on first use (matplotlib is the extra `hf-longclip[plots]`;
+    a missing one is an ImportError naming it)."""
+    require("matplotlib", "plots", "matplotlib", "hf_longclip's figures").use("Agg")
+    return require("matplotlib.pyplot", "plots", "matplotlib", "hf_longclip's figures")
 
 
 def save_figure(fig, path: str | Path, layout: bool = True) -> Path:

@@ -80,6 +80,26 @@ def test_configurations_past_the_time_budget_are_recorded_as_skipped(tmp_path):
     assert "skipped: time budget" in (tmp_path / "gpu_suite.md").read_text()
 
 
+def test_memory_check_compares_the_planner_with_the_step_it_runs(tmp_path):
+    """The memory check's CPU path (--tiny): the planner's fake trace against the live tensor bytes of the same
+    step run for real, both checkpointing settings, equal to the byte; the markdown table shows every row."""
+    suite = gpu_suite.Suite(gpu_suite.parse_args(["--tiny", "--configs", "clip77", "--out", str(tmp_path)]))
+    check = gpu_suite.memory_check(suite)
+    assert check["status"] == "ok" and check["met"], check
+    assert [(row["gradient_checkpointing"], row["batch_size"]) for row in check["rows"]] == \
+        [(False, 4), (False, 8), (True, 4), (True, 8)]
+    assert all(row["growth_ratio"] == pytest.approx(1.0, abs=1e-9) for row in check["rows"])
+    table = "\n".join(gpu_suite.memory_markdown(check))
+    assert "Memory check" in table and table.count("\n| o") == 4
+
+
+def test_memory_check_skipped_past_the_time_budget(tmp_path):
+    gpu_suite.main(["--tiny", "--configs", "clip77", "--modes", "eager", "--time_budget_s", "0", "--out",
+                    str(tmp_path)])
+    report = json.loads((tmp_path / "gpu_suite.json").read_text())
+    assert report["memory_check"]["status"] == "skipped"
+
+
 @pytest.mark.slow
 def test_tiny_suite_measures_every_configuration(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -105,3 +125,5 @@ def test_tiny_suite_measures_every_configuration(tmp_path):
     assert "Host syncs" in (tmp_path / profile["summary"]).read_text()
     table = (tmp_path / "gpu_suite.md").read_text()
     assert all(f"| {config} |" in table for config in expected) and "| HiMo / CLIP-248 step (eager) |" in table
+    assert report["memory_check"]["status"] == "ok" and report["memory_check"]["met"]
+    assert "Memory check: the planner against live tensor bytes" in table

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import IMAGE_SIZE, char_clip_tokenizer, tiny_clip, tiny_himo, tiny_processor
+from helpers.builders import IMAGE_SIZE, char_clip_tokenizer, tiny_clip, tiny_himo, tiny_processor
 from transformers import CLIPImageProcessorPil, CLIPProcessor
 
 from hf_longclip.cli import main

@@ -281,7 +281,7 @@ def test_a_foreign_position_table_is_refused(cast):
 def test_moco_checkpoint_with_other_weights_and_a_tokenizer_are_refused(cast, tmp_path):
     """Beside MoCo's base encoder only its training state (momentum encoder, predictor) may be dropped: any other
     weight is named in an error, never lost silently. CAST is an image model: a tokenizer is refused."""
-    from conftest import char_clip_tokenizer
+    from helpers.builders import char_clip_tokenizer
 
     reference, _, _ = cast
     path = save_moco_checkpoint(reference, tmp_path / "checkpoint_0099.pth.tar")
@@ -481,7 +481,7 @@ def test_converted_classifier_card_names_both_auto_classes(tmp_path):
         _, path = released_checkpoint(layout, tmp_path, seed=60)
         model, processor = convert(load_original_checkpoint(path))
         save_converted(model, processor, tmp_path / layout)
-        assert expected in str(conversion_card("cast", f"org/cast-{layout}", model=model))
+        assert expected in str(conversion_card("cast", f"org/cast-{layout}", model=model, output_dir=tmp_path / layout))
 
 
 @pytest.mark.slow

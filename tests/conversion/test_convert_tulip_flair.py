@@ -392,7 +392,7 @@ def test_fcast_default_pooling_is_unchanged():
 
 def test_a_tokenizer_of_another_vocabulary_is_refused(converted, tmp_path):
     """open_clip pools at the largest id: a tokenizer whose end token is another id would pool elsewhere."""
-    from conftest import char_clip_tokenizer
+    from helpers.builders import char_clip_tokenizer
 
     reference, _ = converted
     with pytest.raises(ValueError, match="largest token id"):

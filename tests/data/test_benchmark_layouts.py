@@ -338,7 +338,7 @@ def test_image_folder_errors(tmp_path):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from conftest import tiny_himo, tiny_processor
+    from helpers.builders import tiny_himo, tiny_processor
 
     path = tmp_path_factory.mktemp("ckpt")
     tiny_himo().save_pretrained(path)

@@ -12,8 +12,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from conftest import kill_when_written
-from helpers.launch import CONFIGS, accelerate_launch, run, script_env, weights
+from helpers.launch import CONFIGS, accelerate_launch, kill_when_written, run, script_env, weights
 from PIL import Image
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -173,7 +172,7 @@ TINY = ["--variants", "himo-clip", "--num_train", "64", "--num_test", "16", "--h
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("engine", "processes"), [
-    pytest.param([], 1, id="one-process"),
+    # two processes: each resumes its own shard stream (the one-process stream's resume is the fast test above)
     pytest.param(["--config_file", str(CONFIGS / "multi_gpu.yaml")], 2, id="ddp"),
 ])
 def test_killed_run_on_shards_resumes_to_the_weights_of_an_uninterrupted_run(engine, processes, shards, tmp_path):

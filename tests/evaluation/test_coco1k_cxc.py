@@ -274,7 +274,7 @@ def test_cxc_recalls_hand_computed(cxc_dir):
 
 
 def test_cli_evaluates_coco_cxc_from_its_files(cxc_dir, tmp_path):
-    from conftest import tiny_himo, tiny_processor
+    from helpers.builders import tiny_himo, tiny_processor
 
     from hf_longclip.cli import main as cli_main
 
@@ -285,5 +285,7 @@ def test_cli_evaluates_coco_cxc_from_its_files(cxc_dir, tmp_path):
               "--tasks", "retrieval", "--device", "cpu", "--output-dir", str(tmp_path / "eval")])
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
     assert report["dataset"] == "coco_cxc" and report["num_samples"] == 4
+    # DITM released no evaluation code: the Karpathy split and CxC keep the fair rule under the "official" default
+    assert report["tie_rule"] == "official" and report["tie_rules"] == {"retrieval": "fair"}
     cxc = report["metrics"]["retrieval"]["cxc"]
     assert {"r1_i2t", "r5_t2i", "r1_t2t", "r5_i2i"} <= set(cxc) and cxc["num_missing_positives"] == 1

@@ -11,7 +11,6 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import IMAGE_SIZE, char_clip_tokenizer, random_images, tiny_clip, tiny_himo, tiny_processor
 from helpers.benchmark_files import (
     HIERARCAPS_ROWS,
     karpathy_image,
@@ -20,6 +19,7 @@ from helpers.benchmark_files import (
     write_image,
     write_json,
 )
+from helpers.builders import IMAGE_SIZE, char_clip_tokenizer, random_images, tiny_clip, tiny_himo, tiny_processor
 from transformers import CLIPImageProcessorPil, CLIPModel, CLIPProcessor
 
 from hf_longclip.data.benchmarks import load_benchmark
@@ -147,6 +147,7 @@ def test_hierarcaps_and_cola_fixtures(himo_checkpoint, tmp_path):
     report = evaluate_dataset(model, processor, hierarcaps_rows, tasks=["hierarcaps"], progress=False)
     assert report["hierarcaps"]["num_chains"] == len(hierarcaps_rows)
     assert 0 <= report["hierarcaps"]["precision"] <= 1
+    assert report["hierarcaps"]["tie_rule"] == "first"  # HierarCaps' HCEvaluator breaks ties by position
 
     cola_dir = tmp_path / "cola"
     write_json(cola_dir / "COLA_multiobjects_matching_benchmark.json",
@@ -159,8 +160,8 @@ def test_hierarcaps_and_cola_fixtures(himo_checkpoint, tmp_path):
     # the second pair is the first with images and captions swapped: COLA's criterion is symmetric under it
     images, texts = direct_embeddings(model, processor, cola_rows[0]["captions"], cola_rows[0]["images"], 248)
     scores = images @ texts.T
-    correct = bool(scores[0, 0] > scores[1, 0] and scores[1, 1] > scores[0, 1])
-    assert cola == {"accuracy": 100.0 * correct, "num_samples": 2, "tie_rule": "fair"}
+    correct = bool(scores[0, 0] > scores[1, 0] and scores[1, 1] > scores[0, 1])  # ColaMultiObjAcc's strict `>`
+    assert cola == {"accuracy": 100.0 * correct, "num_samples": 2, "tie_rule": "pessimistic"}
 
 
 def test_unsupported_tasks_are_named(himo_checkpoint, tmp_path):

@@ -13,6 +13,8 @@ not re-score) by index for up to 16 entries: the set here has 6 images and 15 ca
 deterministic, and the test checks that its sort is the stable one.
 """
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -196,14 +198,15 @@ class CountingPool(torch.nn.Module):
         return self.pool(queries, tokens, padding)
 
 
-def test_blocks_are_bounded_and_topk_touches_k_texts_per_image(flair, monkeypatch):
-    _, model, processor, dataset = flair
+def test_blocks_are_bounded_and_topk_touches_k_texts_per_image(flair):
+    _, shared, processor, dataset = flair
     texts = [text for group in dataset["captions"] for text in group]
     from hf_longclip.evaluation import encode_texts
 
+    model = copy.deepcopy(shared)  # the counting pool goes into a copy: the module's model stays as converted
     queries = encode_texts(model, processor, texts, normalize=False)
     counter = CountingPool(model.grounding_pool)
-    monkeypatch.setattr(model, "grounding_pool", counter)
+    model.grounding_pool = counter
     conditioned_score_matrix(model, processor, list(dataset["image"]), queries, batch_size=4, pairs_per_chunk=10)
     assert max(rows * columns for rows, columns in counter.blocks) <= 10
     assert sum(rows * columns for rows, columns in counter.blocks) == len(dataset) * len(texts)
@@ -258,7 +261,7 @@ def test_cli_eval_scores_conditioned_and_refuses_a_model_without_pooling(flair, 
     CLIPModel asked for conditioned scoring is refused with one line before the benchmark is generated."""
     import json
 
-    from conftest import tiny_clip
+    from helpers.builders import tiny_clip
     from transformers import CLIPImageProcessorPil, CLIPProcessor
 
     from hf_longclip.cli import main

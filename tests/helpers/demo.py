@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from conftest import random_images, tiny_himo, tiny_processor
+from helpers.builders import random_images, tiny_himo, tiny_processor
 from helpers.fcast import tiny_fcast
 from helpers.fcast import tiny_processor as tiny_fcast_processor
 

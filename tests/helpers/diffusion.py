@@ -3,9 +3,9 @@ long text tower's (`text_encoder_for_diffusion`), two prompts that differ only a
 tests read from a pipeline: its prompt embeddings and a two-step generation."""
 
 import torch
-from conftest import char_clip_tokenizer, tiny_sub_configs
 from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
 
+from helpers.builders import char_clip_tokenizer, tiny_sub_configs
 from hf_longclip.integrations.diffusion import text_encoder_for_diffusion
 
 WIDTH = tiny_sub_configs()["text_config"]["hidden_size"]

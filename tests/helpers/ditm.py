@@ -1,8 +1,8 @@
 """DITM's tiny builders, shared by tests/models/ditm/ and the input-check tests."""
 
 import torch
-from conftest import tiny_processor, tiny_sub_configs
 
+from helpers.builders import tiny_processor, tiny_sub_configs
 from hf_longclip import DITMConfig, DITMModel, DITMProcessor
 
 

@@ -2,7 +2,8 @@
 shared by the integration tests (sentence-transformers, ONNX)."""
 
 import torch
-from conftest import char_clip_tokenizer, tiny_processor, tiny_sub_configs
+
+from helpers.builders import char_clip_tokenizer, tiny_processor, tiny_sub_configs
 
 LONG = 248
 

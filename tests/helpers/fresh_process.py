@@ -1,7 +1,8 @@
 """Checkpoints loaded in a fresh interpreter where hf_longclip is not importable, offline: only the checkpoint's own
 (remote) code may run. `save_checkpoint` writes a checkpoint with images beside it and returns what this process
 computes; `load_in_fresh_process` runs a script built on `FRESH_PROCESS_PRELUDE` on it and returns what that process
-computed, for the test to compare."""
+computed, for the test to compare. `run_python_offline` runs a script offline with its own Hugging Face caches and
+returns the JSON object it prints."""
 
 import os
 import subprocess
@@ -9,7 +10,8 @@ import sys
 from pathlib import Path
 
 import torch
-from conftest import random_images
+
+from helpers.builders import random_images
 
 # What every fresh-process check starts with: the checkpoint's own code loaded by AutoModel / AutoProcessor, and the
 # processor's inputs for the captions and the images saved beside the checkpoint. Each check appends its own lines.
@@ -68,3 +70,21 @@ def save_checkpoint(model, processor, captions: list[str], path: Path) -> dict:
     with torch.no_grad():
         out = model(**inputs, return_loss=True)
     return {"text": out.text_embeds, "image": out.image_embeds, "loss": out.loss, "input_ids": inputs["input_ids"]}
+
+
+def run_python_offline(script: str, tmp_path) -> dict:
+    """Run ``script`` in a fresh interpreter offline (``HF_HUB_OFFLINE`` and evaluate's own ``HF_EVALUATE_OFFLINE``,
+    which spares each `evaluate.load` its retries), ``HF_HOME`` and ``HF_MODULES_CACHE`` under ``tmp_path`` and an
+    empty working directory; return the JSON object printed on its last stdout line."""
+    import json
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1", HF_HOME=str(tmp_path / "home"),
+               HF_MODULES_CACHE=str(tmp_path / "modules"))
+    workdir = tmp_path / "cwd"
+    workdir.mkdir(exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=workdir, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,5 +1,6 @@
 """Launching from tests: the example scripts under a real `accelerate launch`, a test file's own per-rank step
-under `torch.distributed.run`, the environment they run in and the checkpoints they write."""
+under `torch.distributed.run`, the environment they run in and the checkpoints they write; a run killed as soon as
+it writes a checkpoint (`kill_when_written`)."""
 
 import importlib.util
 import os
@@ -62,3 +63,19 @@ def torchrun(test_file: str, *args: str, world_size: int = 2) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(source), str(TESTS)]))
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def kill_when_written(command: list[str], path, env: dict, cwd, timeout: float = 600) -> None:
+    """Start `command` in its own process group and SIGKILL the whole group as soon as `path` exists (a checkpoint
+    of the run); fail if it never appears."""
+    import signal
+    import time
+
+    process = subprocess.Popen(command, env=env, cwd=cwd, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert path.exists(), f"the run ended before writing {path}"

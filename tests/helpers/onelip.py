@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
+from hf_longclip.models.onelip.modeling_onelip import TRIMRefine, select_tokens
 from hf_longclip.recipes.onelip.negative_bank import NegativeBank
 from hf_longclip.objectives.onelip import OneLIPLoss
 
@@ -15,10 +15,11 @@ from hf_longclip.objectives.onelip import OneLIPLoss
 def run_objective(objective: OneLIPLoss, inputs: dict, refine: TRIMRefine, **kwargs) -> dict:
     """Eq. 10 as `OneLIPTask` computes it from `inputs` (the objective's, with `token_embeds`, the projected token
     states, instead of `refined_states`): TRIM-Select with the objective's options and TRIM-Refine (what
-    `OneLIPForPreTraining.forward` runs), then the objective on Z_agg."""
+    `OneLIPForPreTraining.forward` runs with `objective.token_selection()`), then the objective on Z_agg."""
     inputs = dict(inputs)
     token_embeds = inputs.pop("token_embeds")
-    selected = objective.select_tokens(inputs["text_states"], token_embeds, inputs["image_embeds"], inputs["valid"])
+    selected = select_tokens(inputs["text_states"], token_embeds, inputs["image_embeds"], inputs["valid"],
+                             objective.top_k, objective.alpha, objective.rank, objective.decomposition)
     return objective(**inputs, refined_states=refine(*selected), **kwargs)
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from conftest import CAPTIONS, himo_task, random_images, tiny_clip, tiny_himo, tiny_processor
 
+from helpers.builders import CAPTIONS, himo_task, random_images, tiny_clip, tiny_himo, tiny_processor
 from helpers.cast import tiny_classifier
 from helpers.ditm import ditm_processor, tiny_ditm
 from helpers.fcast import CAPTIONS as SCENE_CAPTIONS

@@ -3,11 +3,11 @@ Diffusion pipeline on CPU: long prompts reach the UNet whole (OneLIP Sec. 4.4's 
 
 import pytest
 import torch
-from conftest import char_clip_tokenizer, tiny_himo, tiny_processor, tiny_sub_configs
+from helpers.builders import char_clip_tokenizer, tiny_himo, tiny_processor, tiny_sub_configs
 from transformers import CLIPTextConfig, CLIPTextModel, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
-from hf_longclip.integrations.diffusion import text_encoder_for_diffusion
+from hf_longclip.integrations.diffusion import TEXT_ENCODERS, register_text_encoder, text_encoder_for_diffusion
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers import StableDiffusionPipeline  # noqa: E402
@@ -44,7 +44,7 @@ def stock_pipe() -> StableDiffusionPipeline:
     return tiny_pipeline(text_encoder, tokenizer)
 
 
-def test_the_hook_returns_a_clip_text_model_with_the_long_towers_config_and_weights(himo):
+def test_the_adapter_returns_a_clip_text_model_with_the_long_towers_config_and_weights(himo):
     rng_state = torch.random.get_rng_state()
     text_encoder, max_length = text_encoder_for_diffusion(himo)
     assert torch.equal(torch.random.get_rng_state(), rng_state)  # built without random initialisation
@@ -127,11 +127,10 @@ class ToyLongModel:
         torch.manual_seed(3)
         self.text = ToyTextModel(ToyTextConfig()).eval()
 
-    def diffusion_text_encoder(self):
-        return self.text
 
-
-def test_any_model_with_the_hook_plugs_in_and_models_without_it_are_refused(himo):
+def test_any_model_with_an_adapter_plugs_in_and_models_without_one_are_refused(himo, monkeypatch):
+    monkeypatch.setitem(TEXT_ENCODERS, ToyLongModel, None)  # removed again after the test
+    register_text_encoder(ToyLongModel, lambda model, with_projection: model.text)
     text_encoder, max_length = text_encoder_for_diffusion(ToyLongModel())
     assert type(text_encoder) is ToyTextModel and max_length == 300
     tokenizer = char_clip_tokenizer()
@@ -140,5 +139,5 @@ def test_any_model_with_the_hook_plugs_in_and_models_without_it_are_refused(himo
     embeds = prompt_embeds(pipe, PROMPT)
     assert embeds.shape == (1, 300, WIDTH)
     assert not torch.equal(embeds, prompt_embeds(pipe, LATE_CHANGE))
-    with pytest.raises(TypeError, match="diffusion_text_encoder"):
+    with pytest.raises(TypeError, match="register_text_encoder"):
         text_encoder_for_diffusion(himo.vision_model)

@@ -2,13 +2,15 @@
 pipeline on CPU (Sec. 4.4's plug-and-play test): prompts past 77 tokens reach the UNet, and their late words change
 the conditioning; the pipeline saves and reloads with it."""
 
+import json
+
 import pytest
 import torch
-from conftest import tiny_clip, tiny_onelip_processor
+from helpers.builders import tiny_clip, tiny_onelip_processor
 
 from hf_longclip import OneLIPModel
-from hf_longclip.integrations.diffusion import text_encoder_for_diffusion
-from hf_longclip.models.onelip import OneLIPTextModel
+from hf_longclip.integrations.diffusion import OneLIPTextModelForDiffusion, text_encoder_for_diffusion
+from hf_longclip.models.onelip import OneLIPTextModel, modeling_onelip
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers import StableDiffusionPipeline  # noqa: E402
@@ -37,9 +39,10 @@ def pipe(onelip) -> StableDiffusionPipeline:
     return long_prompt_pipeline(onelip)
 
 
-def test_the_hook_returns_the_rope_tower_copied(onelip):
+def test_the_adapter_returns_the_rope_tower_copied(onelip):
     text_encoder, max_length = text_encoder_for_diffusion(onelip)
-    assert type(text_encoder) is OneLIPTextModel and not text_encoder.training
+    assert type(text_encoder) is OneLIPTextModelForDiffusion and isinstance(text_encoder, OneLIPTextModel)
+    assert not text_encoder.training
     assert max_length == LENGTH and text_encoder.config.hidden_size == WIDTH
     own = onelip.text_model.state_dict()
     for name, tensor in text_encoder.state_dict().items():
@@ -63,8 +66,13 @@ def test_prompt_embeds_are_onelips_token_states_and_late_words_change_them(pipe,
 
 
 def test_the_pipeline_saves_and_reloads_with_the_rope_text_encoder(pipe, tmp_path):
+    """The pipeline records the adapter's class under the integration module, which this process has imported and
+    where diffusers finds `PreTrainedModel`: the modeling file needs no diffusers-only name."""
     pipe.save_pretrained(tmp_path)
-    reloaded = StableDiffusionPipeline.from_pretrained(tmp_path)  # OneLIPTextModel's module is imported here
-    assert type(reloaded.text_encoder) is OneLIPTextModel
+    assert json.loads((tmp_path / "model_index.json").read_text())["text_encoder"] == [
+        "hf_longclip.integrations.diffusion", "OneLIPTextModelForDiffusion"]
+    assert not hasattr(modeling_onelip, "PreTrainedModel")
+    reloaded = StableDiffusionPipeline.from_pretrained(tmp_path)
+    assert type(reloaded.text_encoder) is OneLIPTextModelForDiffusion
     assert reloaded.text_encoder.config.max_position_embeddings == reloaded.tokenizer.model_max_length == LENGTH
     assert torch.equal(prompt_embeds(reloaded, PROMPT), prompt_embeds(pipe, PROMPT))

@@ -4,7 +4,7 @@ encoder (hf_longclip.integrations.diffusion)."""
 
 import pytest
 import torch
-from conftest import char_clip_tokenizer, tiny_himo, tiny_sub_configs
+from helpers.builders import char_clip_tokenizer, tiny_himo, tiny_sub_configs
 from helpers.diffusion import FIRST_DIFFERENCE, LATE_CHANGE, PROMPT, generate, prompt_embeds, tiny_pipeline
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from helpers.diffusion import LATE_CHANGE, PROMPT
 from helpers.dual_encoders import clip_like
 from helpers.fcast import CAPTIONS as SCENE_CAPTIONS

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from helpers.fresh_process import fresh_process
 
 from hf_longclip import DITMModel, HiMoCLIPModel, OneLIPModel
@@ -83,7 +83,7 @@ def test_convert_as_clip(tmp_path, monkeypatch):
 
 
 def test_only_clip_inference_models_become_a_clip_model():
-    from conftest import tiny_sub_configs
+    from helpers.builders import tiny_sub_configs
 
     with pytest.raises(ValueError, match="HiMo-CLIP and Long-CLIP.*not DITMModel"):
         to_clip_model(DITMModel(DITMModel.config_class(**tiny_sub_configs(77))))

@@ -2,10 +2,12 @@
 trust_remote_code=True)`, whose `encode` returns the model's own normalised text and image embeddings, long captions
 read to the model's length (not CLIP's 77)."""
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from helpers.diffusion import FIRST_DIFFERENCE, LATE_CHANGE, PROMPT
 from helpers.dual_encoders import clip_like
 from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
@@ -14,6 +16,7 @@ from helpers.fcast import tiny_processor as tiny_fcast_processor
 
 from hf_longclip import DITMModel, DITMProcessor, OneLIPModel, OneLIPProcessor
 from hf_longclip.integrations.sentence_transformers import save_sentence_transformer
+from hf_longclip.models.fcast.processing_fcast import ChunkTruncationWarning
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402
@@ -52,15 +55,40 @@ def test_sentence_transformer_encodes_as_the_model(name, tmp_path):
         assert not torch.allclose(texts[0], texts[1], atol=1e-4)
 
 
-def test_captions_longer_than_the_model_are_cut_at_its_length_not_77(tmp_path):
-    model, processor, _ = build("himo_clip")
-    encoder = save_sentence_transformer(model, processor, tmp_path)
-    too_long = PROMPT * 3  # 372 tokens
-    ids = processor(text=[too_long])["input_ids"]
-    assert ids.shape == (1, LONG) and ids[0, -1] == processor.tokenizer.eos_token_id
+def too_long(name: str) -> str:
+    """A caption past the model's length: 488 tokens for the 248-token models; for F-CAST (4 chunks of 16 tokens)
+    426 tokens, each scene caption four times over, so that each chunk holds one of them, cut."""
+    if name == "fcast":
+        return " ".join(caption for caption in SCENE_CAPTIONS for _ in range(4))
+    return " ".join([PROMPT, LATE_CHANGE, PROMPT, LATE_CHANGE])
+
+
+@pytest.mark.parametrize("name", ["himo_clip", "ditm", "onelip", "fcast"])
+def test_texts_longer_than_the_model_are_cut_at_its_length_keeping_the_end_of_text_token(name, tmp_path):
+    """`encode` of a 400+ token caption is the model's embedding of its processor's truncated input, which is cut at
+    the model's length (per chunk for F-CAST), not at 77, and whose rows end with the end-of-text token."""
+    model, processor, _ = build(name)
+    save_sentence_transformer(model, processor, tmp_path)
+    encoder = SentenceTransformer(str(tmp_path), trust_remote_code=True, device="cpu")
+    caption = too_long(name)
+    assert len(processor.tokenizer(caption, verbose=False)["input_ids"]) > 400
+
+    def truncating():  # F-CAST's processor says that the caption does not fit its chunks
+        return pytest.warns(ChunkTruncationWarning) if name == "fcast" else contextlib.nullcontext()
+
+    with truncating():
+        inputs = processor(text=[caption])
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    length = model.config.text_config.max_position_embeddings
+    assert ids.shape == ((1, 4, length) if name == "fcast" else (1, length)) and length != 77
+    assert (mask.sum(-1) == length).all()  # every row (F-CAST: every chunk) is full: cut
+    last = ids.gather(-1, mask.sum(-1, keepdim=True) - 1)
+    assert (last == processor.tokenizer.eos_token_id).all()
     with torch.no_grad():
-        expected = F.normalize(model.get_text_features(input_ids=ids).pooler_output, dim=-1)
-    assert torch.allclose(encoder.encode([too_long], convert_to_tensor=True), expected, atol=1e-6)
+        expected = F.normalize(model.get_text_features(**inputs).pooler_output, dim=-1)
+    with truncating():
+        embedding = encoder.encode([caption], convert_to_tensor=True)
+    assert torch.allclose(embedding, expected, atol=1e-6)
 
 
 def test_a_model_without_both_towers_or_a_processor_cutting_at_77_is_refused(tmp_path):

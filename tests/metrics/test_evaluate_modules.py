@@ -5,7 +5,7 @@ import hashlib
 
 import numpy as np
 import pytest
-from conftest import run_python_offline
+from helpers.fresh_process import run_python_offline
 
 import hf_longclip.metrics as metrics
 from hf_longclip.metrics import (

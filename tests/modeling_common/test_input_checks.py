@@ -8,11 +8,11 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from conftest import random_images, tiny_clip, tiny_himo, tiny_processor
-from PIL import Image
+from helpers.builders import random_images, tiny_clip, tiny_himo, tiny_processor
 from helpers.ditm import tiny_ditm
 from helpers.fcast import tiny_fcast, training_inputs
 from helpers.fcast import tiny_processor as fcast_processor
+from PIL import Image
 
 from hf_longclip import CASTImageProcessor, OneLIPModel
 from hf_longclip.models.cast.image_processing_cast import compute_superpixels
@@ -113,8 +113,9 @@ def test_queues_are_saved_and_restored_even_after_their_file_is_deleted(tmp_path
 
 def test_opencv_without_contrib_modules_names_the_package_to_install(monkeypatch):
     monkeypatch.delattr(cv2, "ximgproc")  # what plain opencv-python lacks
+    processor = CASTImageProcessor(size=32, num_segments=16)  # constructing needs no OpenCV: computing SEEDS does
     with pytest.raises(ImportError, match="pip install opencv-contrib-python-headless"):
-        CASTImageProcessor(size=32, num_segments=16)
+        processor(images=Image.new("RGB", (40, 40), "red"))
     with pytest.raises(ImportError, match="cv2.ximgproc"):
         compute_superpixels(np.zeros((16, 16, 3), np.uint8), 4)
     assert CASTImageProcessor(size=32, num_segments=16, superpixel_method="slic")(

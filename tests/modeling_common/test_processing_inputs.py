@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from PIL import Image
 
 from hf_longclip import HiMoCLIPProcessor

@@ -1,12 +1,13 @@
 """The processors pad texts to the longest of the call by default, as `CLIPProcessor` does, and the text features
-equal those of padding to the model's length (248 / F-CAST's chunk length) within 1e-6: the text towers attend
-causally and pool at the end-of-text token (F-CAST's second stage reads the pooled chunks)."""
+equal those of padding to the model's length (248 / F-CAST's chunk length) up to float rounding: the text towers
+attend causally and pool at the end-of-text token (F-CAST's second stage reads the pooled chunks)."""
 
 import pytest
 import torch
-from conftest import CAPTIONS
 from helpers import fcast
+from helpers.builders import CAPTIONS
 from helpers.dual_encoders import clip_like
+from helpers.numerics import rounding_atol, transformer_roundings
 
 from hf_longclip import (
     DITMModel,
@@ -40,4 +41,6 @@ def test_longest_padding_is_the_default_and_gives_the_max_length_features(name):
         with torch.no_grad():
             short = model.get_text_features(**default).pooler_output
             padded = model.get_text_features(**full).pooler_output
-        torch.testing.assert_close(short, padded, rtol=0, atol=1e-6)
+        # softmax and matmuls over other key counts: a few eps of the features' magnitude per reduction of each layer
+        layers = model.config.text_config.num_hidden_layers + getattr(model.config.text_config, "num_stage2_layers", 0)
+        torch.testing.assert_close(short, padded, rtol=0, atol=rounding_atol(padded, transformer_roundings(layers)))

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import molo_loss
+from helpers.builders import molo_loss
 
 from hf_longclip.objectives.himo_clip import hide_components, num_principal_components
 from hf_longclip.objectives.himo_clip import _LowRankReconstruction

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CAPTIONS, random_images, tiny_clip, tiny_processor
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_processor
 from helpers.onelip import run_objective
 from transformers import CLIPTextConfig, CLIPTextModel
 

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import CAPTIONS, random_images, tiny_clip, tiny_himo, tiny_processor
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_himo, tiny_processor
 from transformers.masking_utils import create_causal_mask
 
 from hf_longclip import OneLIPModel, OneLIPProcessor

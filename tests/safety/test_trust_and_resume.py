@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_python_offline, tiny_clip, tiny_himo, tiny_processor
+from helpers.builders import tiny_clip, tiny_himo, tiny_processor
+from helpers.fresh_process import run_python_offline
 from transformers import AutoModel, AutoProcessor
 
 from hf_longclip import DITMModel, HiMoCLIPModel, OneLIPModel

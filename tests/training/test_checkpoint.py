@@ -3,13 +3,18 @@ checkpoints detected and skipped, never loaded."""
 
 import json
 import logging
+import time
 
 import pytest
 import torch
 from accelerate import Accelerator
+from accelerate.utils import ProjectConfiguration
 
+from hf_longclip.fileio import sha256_file
 from hf_longclip.training.checkpoint import (
     STATE_FILE,
+    HashWhileWriting,
+    _manifest,
     checkpoint_problem,
     list_checkpoints,
     read_state,
@@ -48,22 +53,78 @@ def test_checkpoints_are_complete_and_carry_their_state(saved):
     assert resolve_resume(saved, None, overwrite=True) is None
 
 
-@pytest.mark.parametrize("damage, reason", [
-    (lambda p: (p / "model.safetensors").write_bytes((p / "model.safetensors").read_bytes()[:-7]), "bytes"),
-    (lambda p: (p / "optimizer.bin").write_bytes(bytes(reversed((p / "optimizer.bin").read_bytes()))), "SHA-256"),
-    (lambda p: (p / "random_states_0.pkl").unlink(), "missing file"),
-    (lambda p: (p / STATE_FILE).unlink(), "did not finish"),
-    (lambda p: (p / STATE_FILE).write_text('{"step": 3, "manif'), "unreadable"),
-])
-def test_latest_skips_a_damaged_checkpoint_with_a_message(saved, damage, reason, caplog):
+def flip_byte(file, position: int) -> None:
+    """Flip one bit of the byte at `position` (negative: from the end) of `file`, its size unchanged."""
+    data = bytearray(file.read_bytes())
+    data[position] ^= 0x01
+    file.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage, file, reason", [
+    (lambda p: (p / "model.safetensors").write_bytes((p / "model.safetensors").read_bytes()[:-7]),
+     "model.safetensors", "bytes"),
+    (lambda p: (p / "optimizer.bin").write_bytes(bytes(reversed((p / "optimizer.bin").read_bytes()))),
+     "optimizer.bin", "does not match its hash"),
+    (lambda p: flip_byte(p / "optimizer.bin", (p / "optimizer.bin").stat().st_size // 2),
+     "optimizer.bin", "does not match its hash"),
+    (lambda p: flip_byte(p / "model.safetensors", -1), "model.safetensors", "does not match its hash"),
+    (lambda p: (p / "random_states_0.pkl").unlink(), "random_states_0.pkl", "missing file"),
+    (lambda p: (p / STATE_FILE).unlink(), STATE_FILE, "did not finish"),
+    (lambda p: (p / STATE_FILE).write_text('{"step": 3, "manif'), STATE_FILE, "unreadable"),
+], ids=["truncated", "rewritten", "flipped-byte-middle", "flipped-last-byte", "missing", "no-state",
+        "unreadable-state"])
+def test_latest_skips_a_damaged_checkpoint_with_a_message(saved, damage, file, reason, caplog):
+    """Each damage is refused naming the file; one flipped bit anywhere is enough (a full hash of every byte)."""
     newest = list_checkpoints(saved)[-1]
     damage(newest)
-    assert reason in checkpoint_problem(newest)
+    assert reason in checkpoint_problem(newest) and file in checkpoint_problem(newest)
     with caplog.at_level(logging.WARNING):
         assert resolve_resume(saved, "latest") == list_checkpoints(saved)[-2]
     assert f"skipping checkpoint {newest}" in caplog.text and reason in caplog.text
-    with pytest.raises(ValueError, match=f"cannot resume from .*{newest.name}.*{reason}"):
+    with pytest.raises(ValueError, match=f"cannot resume from .*{newest.name}.*{file}.*" if file != STATE_FILE else
+                       f"cannot resume from .*{newest.name}.*{reason}"):
         resolve_resume(saved, str(newest))
+
+
+def test_a_checkpoint_with_a_sha256_manifest_is_still_checked(saved):
+    """Checkpoints written before the manifest's hash became XXH3-128 hold SHA-256 hashes: still verified."""
+    newest = list_checkpoints(saved)[-1]
+    state = json.loads((newest / STATE_FILE).read_text())
+    state["manifest"] = {name: {"size": entry["size"], "sha256": sha256_file(newest / name)}
+                         for name, entry in state["manifest"].items()}
+    (newest / STATE_FILE).write_text(json.dumps(state))
+    assert checkpoint_problem(newest) is None
+    flip_byte(newest / "optimizer.bin", 100)
+    assert checkpoint_problem(newest) == "optimizer.bin does not match its hash (sha256): the file was altered"
+
+
+def test_files_hashed_while_written_get_the_hashes_of_their_bytes(tmp_path):
+    """`HashWhileWriting` follows files written piece by piece (a subfolder too), one replaced and one shrunk after
+    it hashed them (read back whole), and one written after its last look: its manifest is the one read back at the
+    end; if following fails, every file is read back."""
+    for fails in (False, True):
+        directory = tmp_path / str(fails)
+        (directory / "task_files").mkdir(parents=True)
+        with HashWhileWriting(directory, interval=0.001) as hashing:
+            if fails:
+                hashing._catch_up = lambda final: 1 / 0
+            with (directory / "weights.bin").open("wb") as weights, (directory / "task_files" / "q").open("wb") as q:
+                for piece in range(50):
+                    weights.write(bytes([piece]) * 10_000)
+                    q.write(b"queue")
+                    weights.flush(), q.flush()
+                    time.sleep(0.002)
+            for name in ("replaced", "shrunk"):
+                (directory / name).write_bytes(b"first version, long")
+            time.sleep(0.05)
+            (directory / "replaced").unlink()
+            (directory / "replaced").write_bytes(b"second")
+            (directory / "shrunk").write_bytes(b"short")
+            (directory / "last").write_bytes(b"written last")
+            (directory / STATE_FILE).write_text("{}")
+            manifest = hashing.manifest()
+        assert manifest == _manifest(directory) and len(manifest) == 5
+        assert (hashing.error is not None) == fails
 
 
 def test_no_valid_checkpoint_stops_and_no_checkpoint_starts_from_scratch(saved, tmp_path, caplog):
@@ -78,12 +139,42 @@ def test_no_valid_checkpoint_stops_and_no_checkpoint_starts_from_scratch(saved, 
         resolve_resume(saved, str(tmp_path / "nope"))
 
 
-def test_rotation_keeps_the_newest(tmp_path):
+def test_rotation_keeps_the_newest_as_accelerates_total_limit_does(tmp_path):
+    """`save_total_limit` keeps the checkpoints `ProjectConfiguration(total_limit=...)` keeps over the same saves."""
     accelerator = Accelerator(cpu=True)
     model = accelerator.prepare(torch.nn.Linear(2, 2))
     for step in range(1, 6):
-        save_checkpoint(accelerator, tmp_path, step, {"epoch": 0}, process_state={}, save_total_limit=2)
-    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000004", "step_00000005"]
+        save_checkpoint(accelerator, tmp_path / "ours", step, {"epoch": 0}, process_state={}, save_total_limit=2)
+    assert [p.name for p in list_checkpoints(tmp_path / "ours")] == ["step_00000004", "step_00000005"]
+    reference = Accelerator(cpu=True, project_config=ProjectConfiguration(
+        project_dir=str(tmp_path / "accelerate"), automatic_checkpoint_naming=True, total_limit=2))
+    for _ in range(5):
+        reference.save_state()
+    assert sorted(p.name for p in (tmp_path / "accelerate" / "checkpoints").iterdir()) == ["checkpoint_3",
+                                                                                           "checkpoint_4"]
+    del model
+
+
+def test_rotation_never_deletes_the_checkpoint_being_written_nor_the_latest_valid_one(tmp_path):
+    """Checkpoints of later steps than the one written (a run resumed from an earlier checkpoint) go before it,
+    oldest first; and the previous checkpoint is deleted only once the new one is complete (accelerate's rotation
+    deletes before saving: a run killed while saving with `total_limit=1` would have none)."""
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(torch.nn.Linear(2, 2))
+    for step in (2, 5, 8):
+        save_checkpoint(accelerator, tmp_path, step, {"epoch": 0}, process_state={}, save_total_limit=0)
+    save_checkpoint(accelerator, tmp_path, 6, {"epoch": 0}, process_state={}, save_total_limit=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000006", "step_00000008"]
+    save_checkpoint(accelerator, tmp_path, 7, {"epoch": 0}, process_state={}, save_total_limit=1)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000007"]
+
+    def killed(directory):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(accelerator, tmp_path, 8, {"epoch": 0}, process_state={}, save_total_limit=1,
+                        write_task_files=killed)
+    assert resolve_resume(tmp_path, "latest") == tmp_path / "step_00000007"
     del model
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CAPTIONS, himo_task, random_images, tiny_processor, tiny_sub_configs
+from helpers.builders import CAPTIONS, himo_task, random_images, tiny_processor, tiny_sub_configs
 from helpers.cast import tiny_classifier
 from helpers.launch import CONFIGS, needs_deepspeed, run, script_env
 from helpers.training_cases import BATCH, CASES

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx2
 import pytest
 import torch
-from conftest import CAPTIONS, himo_task, tiny_himo, tiny_processor
+from helpers.builders import CAPTIONS, himo_task, tiny_himo, tiny_processor
 from helpers.fake_hub import FakeHub
 from helpers.fresh_process import save_checkpoint
 from helpers.hub import TOKEN, hub_env
@@ -336,14 +336,14 @@ def test_is_transient_classifies_errors():
 
 
 def test_every_model_folder_has_its_card_beside_it():
-    """Each model's card info is `hf_longclip.models.<arch>.card.CARD`, with its Jinja template `model_card.md` beside
+    """Each model's card info is `hf_longclip.recipes.<arch>.card.CARD`, with its Jinja template `model_card.md` beside
     it (shipped as package data)."""
     import importlib
 
     from hf_longclip.models import MODEL_FOLDERS
 
     for folder in MODEL_FOLDERS:
-        card = importlib.import_module(f"hf_longclip.models.{folder}.card").CARD
-        assert card.template == REPO / "src" / "hf_longclip" / "models" / folder / "model_card.md", folder
+        card = importlib.import_module(f"hf_longclip.recipes.{folder}.card").CARD
+        assert card.template == REPO / "src" / "hf_longclip" / "recipes" / folder / "model_card.md", folder
         assert card.template.is_file() and "{{ card_data }}" in card.template.read_text(), folder
         assert card.tags and card.metric_names, folder

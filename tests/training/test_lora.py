@@ -5,10 +5,10 @@ import json
 
 import pytest
 import torch
-from conftest import CAPTIONS, himo_task, random_images, tiny_himo, tiny_processor
+from helpers.builders import CAPTIONS, himo_task, random_images, tiny_himo, tiny_processor
+from helpers.fresh_process import load_in_fresh_process, save_checkpoint
 from peft import AutoPeftModel, PeftModel
 from safetensors.torch import load_file
-from helpers.fresh_process import load_in_fresh_process, save_checkpoint
 from transformers import HfArgumentParser
 
 from hf_longclip import HiMoCLIPModel

@@ -3,7 +3,7 @@
 
 import pytest
 import torch
-from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from transformers import HfArgumentParser, get_cosine_schedule_with_warmup
 
 from hf_longclip.data.collate import ImageTextCollator

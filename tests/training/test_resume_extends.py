@@ -8,7 +8,7 @@ import logging
 
 import pytest
 import torch
-from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from safetensors.torch import load_file
 
 from hf_longclip.data.collate import ImageTextCollator

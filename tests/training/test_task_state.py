@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import kill_when_written
+from helpers.launch import kill_when_written
 from safetensors.torch import load_file
 
 SCRIPT = Path(__file__).with_name("queue_task_script.py")

@@ -4,7 +4,7 @@ projection training."""
 
 import pytest
 import torch
-from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from helpers.cast import tiny_classifier
 from transformers import HfArgumentParser
 

@@ -3,7 +3,7 @@ benchmark of `hf_longclip.data.benchmarks` read from its files under a data dire
 
 from __future__ import annotations
 
-from .benchmarks import BENCHMARKS, load_benchmark
+from .benchmarks import BENCHMARKS, Benchmark, load_benchmark
 from ..metrics.zero_shot import DEFAULT_TEMPLATES
 from .synthetic import CLASS_TEMPLATES, CLASSNAMES, load_synthetic_scenes
 
@@ -29,6 +29,21 @@ def check_data_dir(name: str, data_dir: str | None, protocol: str | None = None)
     return BENCHMARKS[name].protocol(protocol).name
 
 
+def load_eval_benchmark(name: str, data_dir: str | None = None, split: str | None = None,
+                        max_samples: int | None = None, protocol: str | None = None) -> Benchmark:
+    """The `Benchmark` `load_eval_dataset` reads (rows, split, the records skipped: `num_skipped`, `skipped` by
+    reason, `skipped_paths`; "synthetic": generated, nothing skipped)."""
+    protocol = check_data_dir(name, data_dir, protocol)
+    if name == SYNTHETIC:
+        split = split or "test"
+        dataset = load_synthetic_scenes(cache_dir=data_dir)[split]
+        if max_samples is not None:
+            dataset = dataset.select(range(min(max_samples, len(dataset))))
+        return Benchmark(name=SYNTHETIC, dataset=dataset, split=split, source=SYNTHETIC, templates=CLASS_TEMPLATES,
+                         skipped={"count": 0, "by_reason": {}, "examples": []})
+    return load_benchmark(name, data_dir, split=split, max_samples=max_samples, protocol=protocol)
+
+
 def load_eval_dataset(name: str, data_dir: str | None = None, split: str | None = None,
                       max_samples: int | None = None, protocol: str | None = None):
     """(dataset, the split it is, number of skipped corrupt images, zero-shot class names and templates) for a
@@ -36,13 +51,6 @@ def load_eval_dataset(name: str, data_dir: str | None = None, split: str | None 
     one of `hf_longclip.data.benchmarks.BENCHMARKS` (files under `data_dir`, laid out and read as `protocol`, a key
     of its ``protocols``; default the first) or "synthetic" (generated; `data_dir` is then its cache). Class names
     None: those of the rows' ``label`` ClassLabel (an image folder's)."""
-    protocol = check_data_dir(name, data_dir, protocol)
-    if name == SYNTHETIC:
-        split = split or "test"
-        dataset = load_synthetic_scenes(cache_dir=data_dir)[split]
-        if max_samples is not None:
-            dataset = dataset.select(range(min(max_samples, len(dataset))))
-        return dataset, split, 0, CLASSNAMES, CLASS_TEMPLATES
-    benchmark = load_benchmark(name, data_dir, split=split, max_samples=max_samples, protocol=protocol)
-    return (benchmark.dataset, benchmark.split, benchmark.num_skipped, None,
+    benchmark = load_eval_benchmark(name, data_dir, split, max_samples, protocol)
+    return (benchmark.dataset, benchmark.split, benchmark.num_skipped, CLASSNAMES if name == SYNTHETIC else None,
             benchmark.templates or DEFAULT_TEMPLATES)

@@ -20,9 +20,14 @@ unparsed (datasets' `webdataset` loader infers one set of columns from the first
 was dropped or refused, and one invalid JSON ended the stream); `split_dataset_by_node` gives each process a fixed,
 disjoint set of shards (their number must be a multiple of the processes); `shuffle(seed, buffer_size)` and
 `set_epoch` make the order a function of seed and epoch; in a `DataLoader`, `datasets` splits each process's shards
-across the workers. Samples are decoded in the workers, exactly as the processors decode an image file
-(`modeling_common.images.to_rgb_images`: 16-bit, palette, grey and transparent images included); a corrupt sample
-(undecodable image, invalid JSON, no caption) is skipped and counted rather than ending the stream.
+across the workers. Samples are decoded in the workers by `data.image_files.open_image`, exactly as the processors
+decode an image file (`modeling_common.images.to_rgb_images`: 16-bit, palette, grey and transparent images
+included; EXIF orientation applied; an animation's first frame); a corrupt sample (undecodable image, invalid JSON,
+no caption) is skipped and counted rather than ending the stream (or, under the `error` policy, names it).
+
+Writing verifies every sample first (`write_shards`): an image that does not decode in full, a missing file, a
+missing or empty caption is skipped and counted by reason in the manifest (or, under the `error` policy, stops the
+run naming the file and the sample id); control characters in captions are cleaned (`data.caption_files`).
 
 Exact resume: `datasets` can checkpoint a stream but not the content of its shuffle buffer, so a resumed stream
 would lose the buffered samples. Instead each worker counts the examples it has taken from its (deterministic)
@@ -33,6 +38,7 @@ resumed run sees exactly the samples an uninterrupted run would, at the cost of 
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import logging
@@ -45,27 +51,41 @@ from pathlib import Path
 import datasets
 import fsspec
 import torch
-from braceexpand import braceexpand
 from datasets.distributed import split_dataset_by_node
 from datasets.packaged_modules.webdataset.webdataset import base_plus_ext
 from PIL import Image
 from tqdm.auto import tqdm
 
 from ..fileio import sha256_file, sha256_stream
-from ..modeling_common.images import to_rgb_images
+from ..modeling_common.optional import require
+from ..modeling_common.text import split_sentences
+from .caption_files import check_utf8, clean_caption
+from .image_files import (
+    EMPTY_CAPTION,
+    MISSING,
+    NO_CAPTION,
+    SkippedSamples,
+    UnreadableImage,
+    bad_sample_policy,
+    decode_image,
+    max_image_pixels,
+    open_image,
+)
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 CHECKSUMS = ("size", "sha256")  # what `verify_shards` compares with the manifest
 SKIPPED = "__skipped__"  # key a streamed row carries: corrupt samples skipped just before it
+SHARD_PACKAGES = ("braceexpand", "torchdata")  # the extra `hf-longclip[shards]`: shard patterns, resumable loader
 RAW_FEATURES = datasets.Features({"__key__": datasets.Value("string"), "__url__": datasets.Value("string"),
                                   "image": datasets.Value("binary"), "json": datasets.Value("binary")})
 
 
 def expand_shards(pattern: str) -> list[str]:
     """Brace expansion of a shard pattern (`path/{00000..00127}.tar`, comma lists, several patterns separated by
-    `::`), local paths or `hf://` URLs."""
+    `::`), local paths or `hf://` URLs. Needs braceexpand (the extra `hf-longclip[shards]`)."""
+    braceexpand = require("braceexpand", "shards", SHARD_PACKAGES, "streamed WebDataset shards").braceexpand
     return [url for part in pattern.split("::") for url in braceexpand(part.strip())]
 
 
@@ -200,11 +220,27 @@ def _usual_extension(image_format: str | None) -> str | None:
 
 def _image_bytes(image: dict | Image.Image) -> tuple[bytes, str]:
     """(bytes, extension) of an image cell: the source file's own bytes and format when it has them, else PNG (also
-    for a format without a registered extension, re-encoded losslessly)."""
+    for a format without a registered extension: the image as it is read, `data.image_files.open_image`). The image
+    is decoded in full first (`decode_image`): UnreadableImage, naming the file and why, when it does not decode."""
+    if image is None:
+        raise UnreadableImage(MISSING, None, "the row names no image")
     if isinstance(image, dict):
-        data = image["bytes"] or Path(image["path"]).read_bytes()
-        image = Image.open(io.BytesIO(data))
-        extension = _usual_extension(image.format)
+        path = image.get("path")
+        try:
+            if image.get("bytes"):
+                data = image["bytes"]
+                image, image_format = decode_image(data)
+            elif path:
+                image, image_format = decode_image(path)
+                data = Path(path).read_bytes()
+            else:
+                raise UnreadableImage(MISSING, None, "the row has neither image bytes nor a path")
+        except UnreadableImage as error:
+            error.source = error.source or path
+            raise
+        except OSError as error:  # removed or unreadable between the check and the read
+            raise UnreadableImage(MISSING, path, str(error)) from None
+        extension = _usual_extension(image_format)
         if extension is not None:
             return data, extension
     buffer = io.BytesIO()
@@ -222,15 +258,57 @@ def _jsonable(value):
     return value
 
 
+def _sample_id(row: dict, position: int) -> str:
+    """How a row is named in a skip or an error: its `id` column, else its position in the source."""
+    value = row.get("id")
+    return str(value) if value not in (None, "") else f"row {position}"
+
+
+def _checked_caption(row: dict, text_column: str, sample_id: str, file: str | None,
+                     skipped: SkippedSamples) -> bool | None:
+    """Clean the row's caption in place (`clean_caption`; its `sentences` follow): True if it changed, False if not,
+    None if it is missing or empty (counted in `skipped`, or an error under the `error` policy)."""
+    if text_column not in row:
+        return False
+    caption = row[text_column]
+    if not isinstance(caption, str):
+        skipped.add(sample_id, NO_CAPTION, file, f"{text_column} is {caption!r:.40}")
+        return None
+    cleaned = clean_caption(caption)
+    if not cleaned:
+        skipped.add(sample_id, EMPTY_CAPTION, file, f"{text_column} is {caption!r:.40}")
+        return None
+    if cleaned == caption:
+        return False
+    row[text_column] = cleaned
+    if isinstance(row.get("sentences"), list):
+        row["sentences"] = split_sentences(cleaned)
+    return True
+
+
 def _write_shard(dataset: datasets.Dataset, index: int, start: int, stop: int, path: Path,
-                 image_column: str) -> dict:
-    """Write rows [start, stop) as shard `path` (through a temporary name); its manifest entry."""
+                 image_column: str, text_column: str = "caption", policy: str | None = None) -> dict:
+    """Write rows [start, stop) as shard `path` (through a temporary name); its manifest entry. A row whose image
+    does not decode or whose caption is missing or empty is skipped and counted (`skipped` of the entry), or, under
+    the `error` policy, a ValueError naming its file and id."""
     temp = path.with_name(f".{path.name}.tmp")
     rows = dataset.select(range(start, stop)).cast_column(image_column, datasets.Image(decode=False))
+    skipped, written, cleaned = SkippedSamples(policy, log=logger), 0, 0
     with tarfile.open(temp, "w", format=tarfile.PAX_FORMAT) as tar:
         for offset, row in enumerate(rows):
             key = f"{index:05d}_{offset:06d}"
-            data, extension = _image_bytes(row.pop(image_column))
+            cell = row.pop(image_column)
+            file = cell.get("path") if isinstance(cell, dict) else None
+            sample_id = _sample_id(row, start + offset)
+            changed = _checked_caption(row, text_column, sample_id, file, skipped)
+            if changed is None:
+                continue
+            try:
+                data, extension = _image_bytes(cell)
+            except UnreadableImage as error:
+                skipped.add_error(sample_id, error)
+                continue
+            written, cleaned = written + 1, cleaned + changed
             fields = json.dumps(_jsonable(row), ensure_ascii=False).encode()
             for name, payload in ((f"{key}.{extension}", data), (f"{key}.json", fields)):
                 info = tarfile.TarInfo(name)
@@ -239,15 +317,25 @@ def _write_shard(dataset: datasets.Dataset, index: int, start: int, stop: int, p
     with temp.open("rb") as handle:
         os.fsync(handle.fileno())
     os.replace(temp, path)
-    return {"name": path.name, "samples": stop - start, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+    return {"name": path.name, "samples": written, "rows": stop - start, "skipped": skipped.summary(),
+            "captions_cleaned": cleaned, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
 
 def write_shards(dataset: datasets.Dataset, output_dir: str | Path, shard_size: int = 1000, num_workers: int = 1,
-                 image_column: str = "image", description: str = "") -> Path:
+                 image_column: str = "image", description: str = "", text_column: str = "caption",
+                 bad_samples: str | None = None) -> Path:
     """Write `dataset` (rows in our sample schema) as `output_dir/{00000..}.tar` with `manifest.json`, `num_workers`
     processes writing shards in parallel, with a progress bar. Shards already listed in the manifest whose file
-    still has the listed SHA-256 are kept (a re-run after a crash finishes the rest). Returns the manifest path."""
+    still has the listed SHA-256 are kept (a re-run after a crash finishes the rest). Returns the manifest path.
+
+    Every image is decoded in full before it is written (`data.image_files.decode_image`; its own bytes are what is
+    written) and every `text_column` caption checked (control characters cleaned, `data.caption_files`). A sample
+    whose image is missing, empty, truncated, not an image or too large, or whose caption is missing or empty,
+    follows `bad_samples` (`data.image_files.bad_sample_policy`: default "skip", or `HF_LONGCLIP_BAD_SAMPLES`):
+    "skip" leaves it out and counts it, by reason, in the manifest (`skipped`, per shard and in all; `num_samples`
+    counts the samples written, `num_rows` the rows read), "error" stops with a ValueError naming its file and id."""
+    policy = bad_sample_policy(bad_samples)
     if shard_size < 1:
         raise ValueError(f"shard_size must be >= 1, got {shard_size}")
     if image_column not in dataset.column_names:
@@ -264,30 +352,69 @@ def write_shards(dataset: datasets.Dataset, output_dir: str | Path, shard_size: 
     entries, pending = {}, []
     for index, (name, (start, stop)) in enumerate(zip(names, bounds)):
         old, path = previous.get(name), output_dir / name
-        if old and old["samples"] == stop - start and path.is_file() and sha256_file(path) == old["sha256"]:
+        rows_listed = old.get("rows", old["samples"]) if old else None
+        kept_skips = policy == "skip" or not (old or {}).get("skipped", {}).get("count")
+        if old and rows_listed == stop - start and kept_skips and path.is_file() and sha256_file(path) == old["sha256"]:
             entries[name] = old
         else:
             pending.append((index, start, stop, path))
     with tqdm(total=len(bounds), initial=len(entries), desc="writing shards") as progress:
         if num_workers <= 1:
             for index, start, stop, path in pending:
-                entries[path.name] = _write_shard(dataset, index, start, stop, path, image_column)
+                entries[path.name] = _write_shard(dataset, index, start, stop, path, image_column, text_column,
+                                                  policy)
                 progress.update(1)
         else:
             with ProcessPoolExecutor(num_workers) as pool:
-                futures = [pool.submit(_write_shard, dataset, index, start, stop, path, image_column)
-                           for index, start, stop, path in pending]
+                futures = [pool.submit(_write_shard, dataset, index, start, stop, path, image_column, text_column,
+                                       policy) for index, start, stop, path in pending]
                 for future in as_completed(futures):
                     entry = future.result()
                     entries[entry["name"]] = entry
                     progress.update(1)
-    manifest = {"description": description, "num_samples": len(dataset), "fields": dataset.column_names,
-                "shards": [entries[name] for name in names]}
+    shard_entries = [entries[name] for name in names]
+    skipped = SkippedSamples(policy)
+    for entry in shard_entries:
+        skipped.merge(entry.get("skipped", {}))
+    manifest = {"description": description, "num_samples": sum(entry["samples"] for entry in shard_entries),
+                "num_rows": len(dataset), "skipped": skipped.summary(), "bad_samples": policy,
+                "max_image_pixels": max_image_pixels(),
+                "captions_cleaned": sum(entry.get("captions_cleaned", 0) for entry in shard_entries),
+                "fields": dataset.column_names, "shards": shard_entries}
     temp = manifest_path.with_name(f".{MANIFEST}.tmp")
     temp.write_text(json.dumps(manifest, indent=1))
     os.replace(temp, manifest_path)
-    logger.info(f"{len(pending)} shard(s) written, {len(bounds) - len(pending)} kept, in {output_dir}")
+    logger.info(f"{len(pending)} shard(s) written, {len(bounds) - len(pending)} kept, in {output_dir}: "
+                f"{manifest['num_samples']} of {len(dataset)} samples, {skipped.describe()}, "
+                f"{manifest['captions_cleaned']} caption(s) cleaned of control characters")
     return manifest_path
+
+
+def _relative(file: str | None, root: Path) -> str:
+    try:
+        return Path(file).resolve().relative_to(root.resolve()).as_posix()
+    except (TypeError, ValueError, OSError):
+        return str(file)
+
+
+def _record_names(path: Path, count: int) -> list[str]:
+    """`<file> line N` for each of the `count` records of a CSV (where each record starts) or JSON Lines file; `<file>
+    row N` where the lines cannot be told."""
+    text = path.read_text(encoding="utf-8-sig")
+    lines = []
+    if path.suffix == ".csv":
+        reader = csv.reader(io.StringIO(text, newline=""))
+        start = 1
+        for record in reader:
+            if record and any(field.strip() for field in record):
+                lines.append(start)
+            start = reader.line_num + 1
+        lines = lines[1:]  # the header
+    elif path.suffix == ".jsonl":
+        lines = [number for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if len(lines) != count:
+        return [f"{path.name} row {index + 1}" for index in range(count)]
+    return [f"{path.name} line {line}" for line in lines]
 
 
 def shard_source(source: str, data_dir: str | None = None, split: str | None = None,
@@ -298,16 +425,25 @@ def shard_source(source: str, data_dir: str | None = None, split: str | None = N
     (datasets' ImageFolder: `file_name` and `caption`)."""
     path = Path(source)
     if path.is_dir():
+        for metadata in sorted(path.rglob("metadata.*")):
+            if metadata.suffix in (".csv", ".jsonl", ".json") and metadata.is_file():
+                check_utf8(metadata)  # datasets' error would name neither the file nor the line
         dataset = datasets.load_dataset("imagefolder", data_dir=str(path), split="train")
+        if "id" not in dataset.column_names:  # a skipped or refused sample is named by its file
+            files = [cell["path"] for cell in dataset.cast_column("image", datasets.Image(decode=False))["image"]]
+            dataset = dataset.add_column("id", [_relative(file, path) for file in files])
     elif path.suffix in (".csv", ".jsonl", ".json"):
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist")
+        check_utf8(path)
         dataset = datasets.load_dataset("csv" if path.suffix == ".csv" else "json", data_files=str(path),
                                         split="train")
         missing = {"image", "caption"} - set(dataset.column_names)
         if missing:
             raise ValueError(f"{path} needs the columns image (a path) and caption; missing {sorted(missing)}")
-        dataset = dataset.map(lambda row: {"image": str(path.parent / row["image"])})
+        dataset = dataset.map(lambda row: {"image": str(path.parent / row["image"]) if row["image"] else None})
+        if "id" not in dataset.column_names:  # a skipped or refused sample is named by its line
+            dataset = dataset.add_column("id", _record_names(path, len(dataset)))
         dataset = dataset.cast_column("image", datasets.Image())
     else:
         from .eval_datasets import load_eval_dataset
@@ -327,11 +463,16 @@ class ShardStream(torch.utils.data.IterableDataset):
     plus the JSON's fields), this process's share (`rank` of `world_size`), shuffled by `seed` and the epoch
     (`set_epoch`). The shards are verified first (`verify_shards` with `checksum`; `sample_counts` keeps what it
     returns). Corrupt samples (image bytes that do not decode, no image, JSON that does not parse or is not an
-    object, no caption) are skipped, and the next row carries how many in `SKIPPED`. Resumable exactly per
-    data-loader worker (`state_dict` / `load_state_dict`, see the module docstring)."""
+    object, no caption; images read by `data.image_files.open_image`: EXIF orientation applied, first frame,
+    the pixel limit) are skipped, logged with their reason, and the next row carries how many in `SKIPPED`; under
+    the `error` policy (`bad_samples`, default `data.image_files.bad_sample_policy()`) the first one is a
+    ValueError naming its shard, key and reason. Resumable exactly per data-loader worker (`state_dict` /
+    `load_state_dict`, see the module docstring)."""
 
     def __init__(self, urls: Sequence[str], rank: int = 0, world_size: int = 1, seed: int = 0,
-                 buffer_size: int = 1000, text_column: str = "caption", checksum: str = "size"):
+                 buffer_size: int = 1000, text_column: str = "caption", checksum: str = "size",
+                 bad_samples: str | None = None):
+        self.policy = bad_sample_policy(bad_samples)
         if len(urls) % world_size:
             raise ValueError(f"{len(urls)} shards cannot be split evenly across {world_size} processes: use a "
                              f"multiple of {world_size} shards")
@@ -358,19 +499,25 @@ class ShardStream(torch.utils.data.IterableDataset):
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self._resume = state["epoch"], state["consumed"]
 
-    def _row(self, example: dict) -> dict | None:
-        """Our schema's row for a raw example, or None when it is corrupt."""
+    def _row(self, example: dict) -> dict | str:
+        """Our schema's row for a raw example, or the reason it is corrupt."""
         try:
             fields = json.loads(example["json"] or "null")
-        except ValueError:  # JSONDecodeError, UnicodeDecodeError
-            return None
-        caption = fields.get(self.text_column) if isinstance(fields, dict) else None
-        if example["image"] is None or not isinstance(caption, str) or not caption.strip():
-            return None
+        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+            return f"invalid JSON ({error})"
+        if not isinstance(fields, dict):
+            return "its JSON is not an object" if example["json"] else "no JSON"
+        caption = fields.get(self.text_column)
+        if not isinstance(caption, str):
+            return NO_CAPTION
+        if not caption.strip():
+            return EMPTY_CAPTION
+        if example["image"] is None:
+            return "no image"
         try:
-            image = to_rgb_images(example["image"])[0]
-        except Exception:  # noqa: BLE001 (any undecodable image is skipped and counted)
-            return None
+            image = open_image(example["image"])
+        except UnreadableImage as error:
+            return str(error)
         return {**fields, "image": image, "__key__": example["__key__"]}
 
     def __iter__(self):
@@ -380,9 +527,12 @@ class ShardStream(torch.utils.data.IterableDataset):
                 continue  # replaying to the resume point: not decoded
             self._consumed = position + 1
             row = self._row(example)
-            if row is None:
+            if isinstance(row, str):
+                if self.policy == "error":
+                    raise ValueError(f"{example['__url__']}: sample {example['__key__']}: {row}; pass --bad-samples "
+                                     f"skip (HF_LONGCLIP_BAD_SAMPLES=skip) to skip and count such samples instead")
                 skipped += 1
-                logger.warning(f"skipping corrupt sample {example['__key__']} of {example['__url__']}")
+                logger.warning(f"skipping corrupt sample {example['__key__']} of {example['__url__']}: {row}")
                 continue
             row[SKIPPED], skipped = skipped, 0
             yield row

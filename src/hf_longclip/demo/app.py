@@ -14,24 +14,23 @@ import torch
 
 from ..evaluation.encoding import encode_texts, text_max_length
 from ..evaluation.loading import load_model
-from ..models.fcast.evaluation import sentence_attention
 from ..evaluation.tasks import prefix_scores
+from ..modeling_common.optional import require
 from ..modeling_common.text import split_sentences
-from .index import ImageIndex, build_index, example_captions, list_images, read_image
+from ..recipes.fcast.evaluation import sentence_attention
+from .index import DEMO_PACKAGES, ImageIndex, build_index, example_captions, list_images, read_image
 
-INSTALL_HINT = 'the demo needs gradio: pip install "hf-longclip[demo]"'
 DEFAULT_TOP_K = 4
 MAX_TOP_K = 32
 MAX_FOLDER_CHOICES = 500  # images of the folder listed in the grounding tab (a 100k-image list would stall the page)
 
 
 def require_gradio():
-    """The gradio module, or ImportError with the install command."""
-    try:
-        import gradio
-    except ImportError:
-        raise ImportError(INSTALL_HINT) from None
-    return gradio
+    """The gradio module; ImportError naming the extra `hf-longclip[demo]` where it, faiss or matplotlib (the other
+    packages the demo uses) is missing, so that the demo stops before any model loads."""
+    for module in ("faiss", "matplotlib", "gradio"):
+        imported = require(module, "demo", DEMO_PACKAGES, "the demo")
+    return imported
 
 
 @dataclass
@@ -87,8 +86,7 @@ class Demo:
         status = (f"{len(index.paths)} images of {self.folder} indexed ({sum(i.encoded for i in indexes)} embeddings "
                   f"computed, the rest from the cache).")
         if index.skipped:
-            status += (f" Skipped {len(index.skipped)} file(s) PIL cannot read: {', '.join(index.skipped[:5])}"
-                       + (" ..." if len(index.skipped) > 5 else ""))
+            status += f" Skipped {_skipped_files(index)}."
         return status
 
     def search(self, caption: str, k: int = DEFAULT_TOP_K) -> tuple[str, list[list[tuple[str, str]]], list[dict]]:
@@ -132,7 +130,7 @@ class Demo:
             image = read_image(Path(image_path))
         except (OSError, ValueError) as error:
             return f"Cannot use this image: {error}", None
-        from ..models.fcast.plots import plot_attention_maps
+        from ..recipes.fcast.plots import plot_attention_maps
 
         shown, maps = sentence_attention_maps(entry.model, entry.processor, image, sentences)
         path = Path(tempfile.mkdtemp(prefix="hf-longclip-demo-")) / "grounding.png"
@@ -244,9 +242,19 @@ def _folder_status(demo: Demo) -> str:
     index = demo.models[0].index if demo.models else None
     if index is None:
         return "No folder indexed yet."
-    skipped = f"; skipped {len(index.skipped)} file(s) PIL cannot read: {', '.join(index.skipped[:5])}" \
-        if index.skipped else ""
+    skipped = f"; skipped {_skipped_files(index)}" if index.skipped else ""
     return f"{len(index.paths)} images of {index.root} indexed{skipped}."
+
+
+def _skipped_files(index) -> str:
+    """"3 file(s) that cannot be read (truncated 2, empty file 1): a.jpg, b.png, ..."."""
+    reasons = getattr(index, "skip_reasons", {})
+    counts = {}
+    for name in index.skipped:
+        counts[reasons.get(name, "unreadable")] = counts.get(reasons.get(name, "unreadable"), 0) + 1
+    by_reason = ", ".join(f"{reason} {count}" for reason, count in sorted(counts.items()))
+    return (f"{len(index.skipped)} file(s) that cannot be read ({by_reason}): {', '.join(index.skipped[:5])}"
+            + (" ..." if len(index.skipped) > 5 else ""))
 
 
 MAIN_JOB_OUTPUT = Path("outputs/himo")

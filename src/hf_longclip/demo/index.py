@@ -12,15 +12,18 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import faiss
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from ..data.image_files import SkippedSamples, UnreadableImage, open_image
 from ..evaluation.encoding import encode_images
+from ..modeling_common.optional import require
 
+# the extra `hf-longclip[demo]`: the interface, the image search (faiss) and the figures (matplotlib)
+DEMO_PACKAGES = ("gradio", "gradio_client", "faiss-cpu", "matplotlib")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 CACHE_FORMAT = "1"  # bump when the file's layout changes: older files are then recomputed
 
@@ -33,7 +36,9 @@ def list_images(folder: str | Path) -> list[Path]:
         raise FileNotFoundError(f"no such image folder: {folder}")
     if not folder.is_dir():
         raise NotADirectoryError(f"not an image folder: {folder} is a file")
-    paths = sorted(path for path in folder.rglob("*") if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES)
+    # a broken link is listed too: it is then skipped and counted as a missing file, not left out unseen
+    paths = sorted(path for path in folder.rglob("*")
+                   if (path.is_file() or path.is_symlink()) and path.suffix.lower() in IMAGE_SUFFIXES)
     if not paths:
         raise ValueError(f"no images in {folder} (looked for {' '.join(IMAGE_SUFFIXES)} files, subfolders included)")
     return paths
@@ -76,33 +81,41 @@ def model_fingerprint(model) -> str:
 
 def file_fingerprints(paths: list[Path], root: Path) -> list[tuple[str, int, int]]:
     """(path relative to `root`, size, modification time in ns) of each image."""
-    return [(path.relative_to(root).as_posix(), path.stat().st_size, path.stat().st_mtime_ns)
+    def stat(path: Path):
+        return path.stat() if path.exists() else path.lstat()  # a broken link: the link's own
+
+    return [(path.relative_to(root).as_posix(), stat(path).st_size, stat(path).st_mtime_ns)
             for path in (Path(p) for p in paths)]
 
 
 def read_image(path: Path) -> Image.Image:
-    """The decoded image at `path`; ValueError naming the file when PIL cannot read it."""
+    """The image at `path` as every loader reads it (`data.image_files.open_image`: RGB, EXIF orientation applied,
+    an animation's first frame, the pixel limit); `UnreadableImage` (a ValueError) naming the file and the reason
+    when it cannot be read ("PIL cannot read NAME: REASON (DETAIL)")."""
     try:
-        with Image.open(path) as image:
-            image.load()
-            return image.copy()
-    except (UnidentifiedImageError, OSError, SyntaxError) as error:
-        raise ValueError(f"PIL cannot read {Path(path).name}: {' '.join(str(error).split())}") from None
+        return open_image(path)
+    except UnreadableImage as error:
+        detail = f" ({error.detail})" if error.detail and error.detail != error.reason else ""
+        error.args = (f"PIL cannot read {Path(path).name}: {error.reason}{detail}",)
+        raise
 
 
 @dataclass
 class ImageIndex:
     """The embeddings of a folder's readable images under one model, searchable with faiss (inner product of
-    L2-normalised embeddings: cosine similarity). `skipped` holds the files PIL could not read; `encoded` the number
-    of images this build encoded (0: all came from the cache)."""
+    L2-normalised embeddings: cosine similarity). `skipped` holds the files that could not be read and
+    `skip_reasons` why ({file: reason}, e.g. "truncated"; `data.image_files`); `encoded` the number of images this
+    build encoded (0: all came from the cache)."""
 
     root: Path
     paths: list[Path]
     embeddings: torch.Tensor
     skipped: list[str] = field(default_factory=list)
     encoded: int = 0
+    skip_reasons: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
+        faiss = require("faiss", "demo", DEMO_PACKAGES, "the demo")
         self.faiss_index = faiss.IndexFlatIP(self.embeddings.shape[1])
         if len(self.paths):
             self.faiss_index.add(np.ascontiguousarray(self.embeddings.numpy(), dtype=np.float32))
@@ -120,33 +133,37 @@ def cache_file(cache_dir: Path, model, root: Path) -> Path:
     return Path(cache_dir) / f"{model_fingerprint(model)[:16]}-{folder[:16]}.safetensors"
 
 
-def _cached_rows(path: Path, model_key: str) -> tuple[dict, set]:
-    """{(file, size, mtime): embedding} and the fingerprints of the skipped files of a cache file written for
-    `model_key`; empty when there is none, or it is of another format or model."""
+def _cached_rows(path: Path, model_key: str) -> tuple[dict, set, dict]:
+    """{(file, size, mtime): embedding}, the fingerprints of the skipped files and {file: reason} of a cache file
+    written for `model_key`; empty when there is none, or it is of another format or model."""
     if not path.exists():
-        return {}, set()
+        return {}, set(), {}
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as handle:
         metadata = handle.metadata() or {}
     if metadata.get("format") != CACHE_FORMAT or metadata.get("model") != model_key:
-        return {}, set()
+        return {}, set(), {}
     files = [tuple(entry) for entry in json.loads(metadata["files"])]
     embeddings = load_file(str(path))["embeddings"]
-    return dict(zip(files, embeddings)), {tuple(entry) for entry in json.loads(metadata["skipped"])}
+    return (dict(zip(files, embeddings)), {tuple(entry) for entry in json.loads(metadata["skipped"])},
+            json.loads(metadata.get("skip_reasons", "{}")))
 
 
 def build_index(model, processor, folder: str | Path, cache_dir: str | Path, batch_size: int = 32,
                 progress: bool = True) -> ImageIndex:
     """The `ImageIndex` of `folder` under `model`: cached embeddings reused, new or modified images encoded (with a
-    tqdm progress bar, which the app shows), unreadable ones skipped and named; the cache is rewritten when the
-    folder changed."""
+    tqdm progress bar, which the app shows), unreadable ones skipped, named and counted by reason (or, under the
+    `error` policy of `data.image_files`, a ValueError naming the first); the cache is rewritten when the folder
+    changed."""
     root = Path(folder).expanduser()
     paths = list_images(root)
     files = file_fingerprints(paths, root)
     model_key = model_fingerprint(model)
     path = cache_file(Path(cache_dir), model, root)
-    cached, cached_skipped = _cached_rows(path, model_key)
+    cached, cached_skipped, cached_reasons = _cached_rows(path, model_key)
+    unreadable = SkippedSamples(what="image")
+    reasons = {entry[0]: cached_reasons.get(entry[0], "unreadable") for entry in files if entry in cached_skipped}
     todo = [i for i, entry in enumerate(files) if entry not in cached and entry not in cached_skipped]
     new_rows, skipped = {}, {entry for entry in files if entry in cached_skipped}
     bar = tqdm(total=len(todo), desc=f"embedding images ({type(model).__name__})", unit="img",
@@ -157,8 +174,10 @@ def build_index(model, processor, folder: str | Path, cache_dir: str | Path, bat
         for i in batch:
             try:
                 images[i] = read_image(paths[i])
-            except ValueError:
+            except UnreadableImage as error:
+                unreadable.add(files[i][0], error.reason, str(paths[i]), error.detail)  # raises under `error`
                 skipped.add(files[i])
+                reasons[files[i][0]] = error.reason
         if images:
             embeddings = encode_images(model, processor, list(images.values()), batch_size=len(images))
             new_rows.update({files[i]: embedding for i, embedding in zip(images, embeddings)})
@@ -173,5 +192,7 @@ def build_index(model, processor, folder: str | Path, cache_dir: str | Path, bat
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file({"embeddings": embeddings.contiguous()}, str(path), metadata={
             "format": CACHE_FORMAT, "model": model_key, "files": json.dumps([files[i] for i in kept]),
-            "skipped": json.dumps(skipped_files)})
-    return ImageIndex(root, [paths[i] for i in kept], embeddings, [entry[0] for entry in skipped_files], len(new_rows))
+            "skipped": json.dumps(skipped_files),
+            "skip_reasons": json.dumps({entry[0]: reasons[entry[0]] for entry in skipped_files})})
+    return ImageIndex(root, [paths[i] for i in kept], embeddings, [entry[0] for entry in skipped_files], len(new_rows),
+                      {entry[0]: reasons[entry[0]] for entry in skipped_files})

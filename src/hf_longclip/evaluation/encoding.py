@@ -34,12 +34,35 @@ def text_max_length(processor, model=None) -> int:
 
 def _text_inputs(model, processor, texts: list[str]):
     """Tokenised `texts` padded to the longest, truncated to what the processor says (see `text_max_length`): our
-    processors truncate themselves (and are told that the empty text, HierarCaps' root, is meant); a plain
-    CLIPProcessor is told, and keeps the end-of-text token."""
+    processors truncate themselves (and are told that the empty text, HierarCaps' root, is meant) and count what
+    they cut in `truncation_stats`; a plain CLIPProcessor is told, keeps the end-of-text token, and its cuts are
+    counted here, in the same attribute (`truncation_stats`)."""
     if getattr(processor, "max_length", None) is not None:
         return processor(text=texts, padding="longest", allow_empty_text=True)
-    return processor(text=texts, padding="longest", truncation=True, return_tensors="pt",
-                     max_length=text_max_length(processor, model))
+    max_length = text_max_length(processor, model)
+    inputs = processor(text=texts, padding="longest", truncation=True, return_tensors="pt", max_length=max_length)
+    from ..modeling_common.captions import new_truncation_stats, record_truncation, tokens_cut
+
+    tokenizer = getattr(processor, "tokenizer", processor)
+    stats = processor.__dict__.setdefault("truncation_stats", new_truncation_stats(max_length))
+    record_truncation(stats, tokens_cut(tokenizer, texts, inputs["input_ids"], inputs.get("attention_mask"),
+                                        max_length), max_length)
+    return inputs
+
+
+def reset_truncation_stats(processor) -> None:
+    """Start counting the texts `processor` cuts afresh (`truncation_stats`)."""
+    from ..modeling_common.captions import new_truncation_stats
+
+    processor.__dict__["truncation_stats"] = new_truncation_stats(getattr(processor, "max_length", None))
+
+
+def truncation_stats(processor) -> dict:
+    """The texts `processor` tokenized since `reset_truncation_stats`, how many it cut and by how much."""
+    from ..modeling_common.captions import new_truncation_stats
+
+    return dict(processor.__dict__.get("truncation_stats") or new_truncation_stats(getattr(processor, "max_length",
+                                                                                           None)))
 
 
 @torch.no_grad()

@@ -13,8 +13,8 @@ needs); each registry entry holds its runner, which takes a `TaskInputs` and ret
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -25,7 +25,9 @@ from tqdm.auto import tqdm
 from ..data.benchmarks import CXC_COLUMNS
 from ..data.synthetic import hard_negative_indices
 from ..data.text import segment_ends
+from ..metrics.cola import OFFICIAL_TIE_RULE as COLA_TIE_RULE
 from ..metrics.cola import cola_multi
+from ..metrics.hierarcaps import OFFICIAL_TIE_RULE as HIERARCAPS_TIE_RULE
 from ..metrics.hierarcaps import hierarcaps, text_pool
 from ..metrics.himo import himo_at_k
 from ..metrics.retrieval import (
@@ -36,7 +38,7 @@ from ..metrics.retrieval import (
     long_text_retrieval,
 )
 from ..metrics.ssi import ssi
-from ..metrics.ties import DEFAULT_TIE_RULE, check_tie_rule
+from ..metrics.ties import DEFAULT_TIE_RULE
 from ..metrics.zero_shot import (
     class_embeddings,
     format_prompts,
@@ -44,6 +46,7 @@ from ..metrics.zero_shot import (
 )
 from .encoding import ImageColumn, encode_images, encode_texts, retrieval_texts
 from .scoring import DEFAULT_TOPK, check_scoring, conditioned_retrieval_task
+from .tie_rules import OFFICIAL, resolve_tie_rules
 
 
 def prefix_column(dataset) -> str:
@@ -179,8 +182,9 @@ def ssi_task(dataset, encode, image_embeds, position: str = "end") -> dict:
             "num_excluded_nonpositive": len(original) - len(kept), "position": position}
 
 
-def hierarcaps_task(dataset, encode, image_embeds, tie_rule: str = DEFAULT_TIE_RULE) -> dict:
-    """HierarCaps hierarchical retrieval over the pool of every level text, root = the empty text."""
+def hierarcaps_task(dataset, encode, image_embeds, tie_rule: str = HIERARCAPS_TIE_RULE) -> dict:
+    """HierarCaps hierarchical retrieval over the pool of every level text, root = the empty text; ties broken as
+    the official evaluator (``"first"``) unless `tie_rule` says otherwise (`hf_longclip.metrics.hierarcaps`)."""
     chains = [list(levels) for levels in dataset["levels"]]
     texts, pool_embeds, chain_index = text_pool(chains, encode([text for chain in chains for text in chain])
                                                 .reshape(len(chains), len(chains[0]), -1))
@@ -197,8 +201,9 @@ def zero_shot_task(dataset, encode, image_embeds, classnames: Sequence[str], tem
 
 
 def cola_task(model, processor, dataset, encode, batch_size: int, progress: bool,
-              tie_rule: str = DEFAULT_TIE_RULE) -> dict:
-    """COLA multi-object accuracy on rows with two `images` and their two `captions`."""
+              tie_rule: str = COLA_TIE_RULE) -> dict:
+    """COLA multi-object accuracy on rows with two `images` and their two `captions`; a tied comparison is wrong,
+    as COLA's code (``"pessimistic"``), unless `tie_rule` says otherwise."""
     pairs = dataset["images"]
     images = encode_images(model, processor, [image for pair in pairs for image in pair], batch_size, progress)
     texts = encode([text for pair in dataset["captions"] for text in pair])
@@ -227,7 +232,7 @@ class TaskInputs:
     templates: Sequence[str] = ("a photo of a {}.",)
     scoring: str = "global"  # the retrieval task's scoring mode (`hf_longclip.evaluation.scoring.SCORING_MODES`)
     topk: int = DEFAULT_TOPK  # texts re-scored per image by scoring "conditioned-topk"
-    tie_rule: str = DEFAULT_TIE_RULE  # how every metric credits tied scores (`hf_longclip.metrics.ties`)
+    tie_rule: str = DEFAULT_TIE_RULE  # how the task's metric credits tied scores (`hf_longclip.metrics.ties`)
 
 
 def run_retrieval(inputs: TaskInputs) -> dict:
@@ -342,17 +347,22 @@ def evaluate_dataset(
     templates: Sequence[str] = ("a photo of a {}.",),
     scoring: str = "global",
     topk: int = DEFAULT_TOPK,
-    tie_rule: str = DEFAULT_TIE_RULE,
+    tie_rule: str | Mapping[str, str] = OFFICIAL,
+    benchmark: str | None = None,
+    protocol: str | None = None,
 ) -> dict[str, dict]:
     """Run every task of `tasks` (default: all the rows support, see `available_tasks`) and return their metrics.
 
     Zero-shot classification takes its `classnames` from the `label` column's ClassLabel names unless given.
     `scoring` is the retrieval task's (`hf_longclip.evaluation.scoring`): "global" (every model), "conditioned" or
     "conditioned-topk" with `topk` (a model with text-conditioned pooling: FLAIR, F-CAST); the other tasks score
-    globally. Every metric credits tied scores by `tie_rule` (`hf_longclip.metrics.ties`: "fair", "optimistic" or
-    "pessimistic").
+    globally. `tie_rule` says how each task credits tied scores (`hf_longclip.metrics.ties`): ``"official"``
+    (default) as the evaluation code of the rows' benchmark (`benchmark`, read with `protocol`: a name of
+    `hf_longclip.data.benchmarks.BENCHMARKS` and of its protocols; `hf_longclip.evaluation.tie_rules`): HierarCaps'
+    and COLA's rules always, a retrieval protocol's where its code breaks ties by position, "fair" elsewhere; a rule
+    name ("fair", "optimistic", "pessimistic", "first", "last") for every task; or {task: rule}. Each task's
+    metrics record the rule they used under ``tie_rule``.
     """
-    check_tie_rule(tie_rule)  # before any encoding
     check_scoring(model, scoring, topk)
     supported = available_tasks(dataset)
     tasks = tuple(tasks) if tasks is not None else supported
@@ -363,6 +373,7 @@ def evaluate_dataset(
     if unsupported:
         raise ValueError(f"tasks {unsupported} need columns this dataset lacks (it has {dataset.column_names}); "
                          f"possible here: {list(supported)}")
+    rules = resolve_tie_rules(tie_rule, tasks, benchmark, protocol)  # checked before any encoding
     model.eval()
 
     def encode(texts):
@@ -373,6 +384,7 @@ def evaluate_dataset(
     if any(TASKS[task].uses_image_embeds for task in set(tasks) - conditioned):
         image_embeds = encode_images(model, processor, ImageColumn(dataset), batch_size, progress)
     inputs = TaskInputs(model, processor, dataset, encode, image_embeds, batch_size, progress, classnames, templates,
-                        scoring, topk, tie_rule)
-    return {task: TASKS[task].runner(inputs) for task in tqdm(tasks, desc="tasks", disable=not progress)}
+                        scoring, topk)
+    return {task: TASKS[task].runner(replace(inputs, tie_rule=rules[task]))
+            for task in tqdm(tasks, desc="tasks", disable=not progress)}
 

@@ -12,10 +12,12 @@ whole::
 The UNet's `cross_attention_dim` must equal the tower's width (768 for CLIP ViT-L/14's text tower, which SD 1.x
 uses). Nothing is retrained, as in the paper.
 
-The hook a model implements to plug in
---------------------------------------
-A model class defines ``diffusion_text_encoder(self) -> transformers.PreTrainedModel``, returning a new, standalone
-text model (weights copied, in eval mode, on the model's device and dtype) such that
+The adapter that plugs a model in
+---------------------------------
+The model files know nothing of diffusers: this module holds one adapter per model class, in `TEXT_ENCODERS`
+(`register_text_encoder(model_class, adapter)` adds one; `text_encoder_for_diffusion` takes the adapter of the
+model's class or of its nearest base class). ``adapter(model, with_projection) -> transformers.PreTrainedModel``
+returns a new, standalone text model (weights copied, in eval mode, on the model's device and dtype) such that
 
 - ``encoder(input_ids)[0]`` is the per-token last hidden state, shape (batch, tokens, width): what diffusers'
   `encode_prompt` feeds the UNet (called with `input_ids` only, or also `attention_mask` when
@@ -25,15 +27,19 @@ text model (weights copied, in eval mode, on the model's device and dtype) such 
 - ``encoder.save_pretrained`` / ``from_pretrained`` round-trip it, so that the pipeline saves and reloads. A
   transformers class (as HiMo-CLIP's `CLIPTextModel`) reloads by name from `model_index.json`. Any other class is
   recorded there under its full module path, and diffusers 0.42 resolves that path only from modules the process
-  has already imported (it never imports a module a checkpoint names): import the class's module first, or pass
-  ``StableDiffusionPipeline.from_pretrained(path, text_encoder=YourTextModel.from_pretrained(path, subfolder=
-  "text_encoder"))``. It then looks the loading methods up as attributes of that module (`PreTrainedModel`
-  among them), so the module must have a `PreTrainedModel` name (OneLIP's modeling module re-exports it).
+  has already imported (it never imports a module a checkpoint names), then looks the loading methods up as
+  attributes of that module (`PreTrainedModel` among them). So OneLIP's adapter returns a
+  `OneLIPTextModelForDiffusion`, its `OneLIPTextModel` defined in this module, which has that name: a saved
+  pipeline records ``["hf_longclip.integrations.diffusion", "OneLIPTextModelForDiffusion"]`` and reloads in any
+  process that has imported this module (or pass ``StableDiffusionPipeline.from_pretrained(path,
+  text_encoder=OneLIPTextModel.from_pretrained(path, subfolder="text_encoder"))``). Another model's adapter
+  returning a class of its own does the same.
 
-HiMo-CLIP returns a transformers `CLIPTextModel` with its text config and weights (exactly its text outputs); OneLIP
-its RoPE `OneLIPTextModel` (tests/models/onelip/test_diffusion_onelip.py). With ``with_projection=True`` the hook returns the tower
-with its text projection, whose first output is the projected end-of-text embedding (transformers'
-`CLIPTextModelWithProjection`: SDXL's second encoder); models without one raise ValueError.
+HiMo-CLIP and DITM (`CLIPDualEncoder`) give a transformers `CLIPTextModel` with their text config and weights
+(exactly their text outputs); OneLIP its RoPE text tower (tests/integrations/test_diffusion_onelip.py). With
+``with_projection=True`` the adapter returns the tower with its text projection, whose first output is the projected
+end-of-text embedding (transformers' `CLIPTextModelWithProjection`: SDXL's second encoder); models without one raise
+ValueError.
 
 Pipelines with two text encoders, and encoders without a long checkpoint
 -----------------------------------------------------------------------
@@ -45,32 +51,97 @@ integrations.md).
 """
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 
 from transformers import CLIPTextModel, CLIPTextModelWithProjection, PreTrainedModel, PreTrainedTokenizerBase
 from transformers import initialization as init
 
+from hf_longclip.modeling_common.clip_dual_encoder import CLIPDualEncoder
 from hf_longclip.modeling_common.positions import stretch_position_embeddings
+from hf_longclip.models.onelip.modeling_onelip import OneLIPModel, OneLIPTextModel
 
-HOOK = "diffusion_text_encoder"
 CLIP_TEXT_POSITIONS = 77
+
+
+class OneLIPTextModelForDiffusion(OneLIPTextModel):
+    """OneLIP's RoPE text tower as a diffusers pipeline holds it: `OneLIPTextModel` itself, defined in this module so
+    that a saved pipeline's `model_index.json` names this module, where diffusers finds `PreTrainedModel` (see the
+    module docstring). It saves and loads as `OneLIPTextModel` does."""
+
+
+def _clip_text_encoder(model: CLIPDualEncoder, with_projection: bool) -> CLIPTextModel | CLIPTextModelWithProjection:
+    """The text tower alone, as the transformers `CLIPTextModel` a diffusers pipeline takes for `text_encoder`: the
+    same text config (all the model's positions), the weights copied (not shared: the pipeline may cast or move it),
+    the same outputs; with `with_projection`, a `CLIPTextModelWithProjection` with the text projection too (SDXL's
+    `text_encoder_2`: its `text_embeds` are `get_text_features`' `pooler_output`). Built without random
+    initialisation, so it leaves torch's random state as it was. (In transformers 5, `model.text_model` is itself a
+    `CLIPTextModel`.)"""
+    text_config = copy.deepcopy(model.config.text_config)
+    with init.no_init_weights():
+        if not with_projection:
+            encoder = CLIPTextModel(text_config)
+            encoder.load_state_dict(model.text_model.state_dict())
+        else:
+            text_config.projection_dim = model.config.projection_dim
+            encoder = CLIPTextModelWithProjection(text_config)
+            encoder.text_model.load_state_dict(model.text_model.state_dict())
+            encoder.text_projection.load_state_dict(model.text_projection.state_dict())
+    return encoder.to(device=model.device, dtype=model.dtype).eval()
+
+
+def _onelip_text_encoder(model: OneLIPModel, with_projection: bool) -> OneLIPTextModelForDiffusion:
+    """The long text encoder alone (weights copied, eval mode) as a `OneLIPTextModelForDiffusion` (Sec. 4.4):
+    `encoder(input_ids)[0]` is its per-token last hidden state. There is no OneLIP text model with its projection
+    (SDXL's `text_encoder_2`): `with_projection` raises. Built without random initialisation, so it leaves torch's
+    random state as it was; its rotary frequencies are computed from the text config, as the tower's are."""
+    if with_projection:
+        raise ValueError("OneLIP has no text encoder with projection for diffusers: use it as SDXL's first "
+                         "text_encoder, with a CLIP or HiMo-CLIP as text_encoder_2")
+    with init.no_init_weights():
+        encoder = OneLIPTextModelForDiffusion(copy.deepcopy(model.config.text_config))
+    encoder.load_state_dict(model.text_model.state_dict())
+    return encoder.to(device=model.device, dtype=model.dtype).eval()
+
+
+#: model class -> adapter(model, with_projection) returning its text tower for a diffusers pipeline (module docstring)
+TEXT_ENCODERS: dict[type, Callable[..., PreTrainedModel]] = {
+    CLIPDualEncoder: _clip_text_encoder,
+    OneLIPModel: _onelip_text_encoder,
+}
+
+
+def register_text_encoder(model_class: type, adapter: Callable[..., PreTrainedModel]) -> None:
+    """Plug `model_class` (and its subclasses) into `text_encoder_for_diffusion`: `adapter(model, with_projection)`
+    returns the standalone text model the module docstring describes (raising ValueError for `with_projection=True`
+    if the model has no text projection)."""
+    TEXT_ENCODERS[model_class] = adapter
+
+
+def _adapter(model) -> Callable[..., PreTrainedModel] | None:
+    """The adapter registered for the nearest class of `model`'s class hierarchy, if any."""
+    for cls in type(model).__mro__:
+        if cls in TEXT_ENCODERS:
+            return TEXT_ENCODERS[cls]
+    return None
 
 
 def text_encoder_for_diffusion(model, with_projection: bool = False) -> tuple[PreTrainedModel, int]:
     """The text encoder a diffusers pipeline takes for `model`'s text tower, and the prompt length in tokens to give
-    its tokenizer (`model_max_length`). Dispatches on the model's `diffusion_text_encoder()` hook (see the module
-    docstring); a model without it raises TypeError. `with_projection=True` asks for the tower with its text
+    its tokenizer (`model_max_length`). Dispatches on the model's class (`TEXT_ENCODERS`, see the module docstring);
+    a model of no registered class raises TypeError. `with_projection=True` asks for the tower with its text
     projection (SDXL's `text_encoder_2`)."""
-    hook = getattr(model, HOOK, None)
-    if not callable(hook):
+    adapter = _adapter(model)
+    if adapter is None:
         raise TypeError(
-            f"{type(model).__name__} has no text encoder for diffusion: its class must define `{HOOK}(self)`, "
-            "returning a standalone PreTrainedModel text tower (see hf_longclip.integrations.diffusion)"
+            f"{type(model).__name__} has no text encoder for diffusion: register an adapter for its class with "
+            "hf_longclip.integrations.diffusion.register_text_encoder, returning a standalone PreTrainedModel text "
+            "tower (see that module's docstring)"
         )
-    encoder = hook(with_projection=True) if with_projection else hook()
+    encoder = adapter(model, with_projection)
     if not isinstance(encoder, PreTrainedModel):
-        raise TypeError(f"{type(model).__name__}.{HOOK}() must return a transformers PreTrainedModel, "
-                        f"got {type(encoder).__name__}")
+        raise TypeError(f"the diffusion adapter of {type(model).__name__} must return a transformers "
+                        f"PreTrainedModel, got {type(encoder).__name__}")
     max_length = getattr(encoder.config, "max_position_embeddings", None)
     if not isinstance(max_length, int) or max_length < 2:
         raise ValueError(f"the text encoder of {type(model).__name__} must name its length in tokens in "
@@ -111,9 +182,9 @@ def stretch_clip_text_encoder(encoder: CLIPTextModel | CLIPTextModelWithProjecti
 
 
 def _long_clip_text_encoder(encoder, with_projection: bool) -> PreTrainedModel:
-    """One of our models -> its hook's encoder; a transformers CLIP text encoder -> as is when already longer than
+    """One of our models -> its adapter's encoder; a transformers CLIP text encoder -> as is when already longer than
     CLIP's 77 positions (a converted Long-CLIP), else stretched."""
-    if callable(getattr(encoder, HOOK, None)):
+    if _adapter(encoder) is not None:
         return text_encoder_for_diffusion(encoder, with_projection=with_projection)[0]
     expected = CLIPTextModelWithProjection if with_projection else CLIPTextModel
     if not isinstance(encoder, expected):
@@ -130,9 +201,9 @@ def sdxl_text_components(
     """SDXL's two text encoders and tokenizers for long prompts, as keyword arguments of
     `StableDiffusionXLPipeline` / `StableDiffusionXLImg2ImgPipeline` (their constructors or `from_pretrained`).
 
-    `text_encoder`: one of our models (its text tower, `diffusion_text_encoder()`) or a transformers `CLIPTextModel`;
-    `text_encoder_2`: one of ours with a text projection (`diffusion_text_encoder(with_projection=True)`) or a
-    transformers `CLIPTextModelWithProjection` (e.g. OpenCLIP-bigG). A transformers encoder of at most CLIP's 77
+    `text_encoder`: one of our models (its text tower, `text_encoder_for_diffusion(model)`) or a transformers
+    `CLIPTextModel`; `text_encoder_2`: one of ours with a text projection (`text_encoder_for_diffusion(model,
+    with_projection=True)`) or a transformers `CLIPTextModelWithProjection` (e.g. OpenCLIP-bigG). A transformers encoder of at most CLIP's 77
     positions is stretched (`stretch_clip_text_encoder`). SDXL concatenates both encoders' penultimate hidden states
     token by token, so both must take the same length; copies of the tokenizers get it as `model_max_length`. The
     pooled embedding SDXL conditions on is `text_encoder_2`'s projected end-of-text embedding."""
@@ -148,4 +219,5 @@ def sdxl_text_components(
     return dict(text_encoder=first, text_encoder_2=second, tokenizer=tokenizers[0], tokenizer_2=tokenizers[1])
 
 
-__all__ = ["save_text_encoder", "sdxl_text_components", "stretch_clip_text_encoder", "text_encoder_for_diffusion"]
+__all__ = ["TEXT_ENCODERS", "OneLIPTextModelForDiffusion", "register_text_encoder", "save_text_encoder",
+           "sdxl_text_components", "stretch_clip_text_encoder", "text_encoder_for_diffusion"]

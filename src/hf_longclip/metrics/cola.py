@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .ties import DEFAULT_TIE_RULE, pairwise_credit
+from .ties import pairwise_credit
 
 DIRECTIONS = ("text_to_image", "image_to_text", "group")
+OFFICIAL_TIE_RULE = "pessimistic"  # ColaMultiObjAcc's strict `>`: a tied comparison is wrong
 
 
 def cola_multi(scores, direction: str = "text_to_image",
-               tie_rule: str = DEFAULT_TIE_RULE) -> dict[str, float | int | str]:
+               tie_rule: str = OFFICIAL_TIE_RULE) -> dict[str, float | int | str]:
     """Percent of image pairs matched correctly; ``scores[n][i][c]`` is the score of image i with caption c of pair n,
     shape (N, 2, 2); caption c describes image c and the two captions swap the objects' attributes.
 
@@ -23,10 +24,12 @@ def cola_multi(scores, direction: str = "text_to_image",
     - ``"group"``: both of the above.
 
     Each comparison is a query with a gallery of two, breaking its own ties: a pair scores the product of its
-    comparisons' credits (`hf_longclip.metrics.ties.pairwise_credit`), i.e. under ``tie_rule="fair"`` (default)
-    the chance that every comparison comes out right when ties are broken at random (1/2 per tie);
-    ``"pessimistic"`` (a tie is wrong, strict ``>``) is ``ColaMultiObjAcc`` exactly, ``"optimistic"`` counts ties as
-    right. Returns ``{"accuracy": percent, "num_samples": N, "tie_rule": tie_rule}``.
+    comparisons' credits (`hf_longclip.metrics.ties.pairwise_credit`). ``tie_rule="pessimistic"`` (default,
+    `OFFICIAL_TIE_RULE`: a tie is wrong, strict ``>``) is ``ColaMultiObjAcc`` exactly (scripts/eval.py, commit
+    1fa52fb); ``"fair"`` is the chance that every comparison comes out right when ties are broken at random (1/2 per
+    tie); ``"optimistic"`` counts ties as right; ``"first"`` / ``"last"`` give a tie to the candidate of lower /
+    higher index (image 0 or caption 0 first). Returns ``{"accuracy": percent, "num_samples": N, "tie_rule":
+    tie_rule}``.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"unknown direction {direction!r}; expected one of {DIRECTIONS}")
@@ -42,11 +45,12 @@ def cola_multi(scores, direction: str = "text_to_image",
         raise ValueError("scores contains NaN or inf")
     s = torch.from_numpy(s)
 
-    def wins(own: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-        return pairwise_credit(own - other, tie_rule)
+    def wins(own: torch.Tensor, other: torch.Tensor, own_first: bool) -> torch.Tensor:
+        return pairwise_credit(own - other, tie_rule, own_first=own_first)
 
-    text_to_image = wins(s[:, 0, 0], s[:, 1, 0]) * wins(s[:, 1, 1], s[:, 0, 1])
-    image_to_text = wins(s[:, 0, 0], s[:, 0, 1]) * wins(s[:, 1, 1], s[:, 1, 0])
+    # caption c's own image (image_to_text: image i's own caption) has index c (i): the first of the two for c = 0
+    text_to_image = wins(s[:, 0, 0], s[:, 1, 0], True) * wins(s[:, 1, 1], s[:, 0, 1], False)
+    image_to_text = wins(s[:, 0, 0], s[:, 0, 1], True) * wins(s[:, 1, 1], s[:, 1, 0], False)
     correct = {"text_to_image": text_to_image, "image_to_text": image_to_text,
                "group": text_to_image * image_to_text}[direction]
     return {"accuracy": correct.mean().item() * 100, "num_samples": int(s.shape[0]), "tie_rule": tie_rule}

@@ -1,37 +1,41 @@
 """HierarCaps hierarchical retrieval (Alper & Averbuch-Elor, ECCV 2024) and DITM's image-distance d_corr.
 
 Follows the authors' evaluation code, https://github.com/TAU-VAILab/hierarcaps, file
-``code/evaluation/hierarchical_retrieval.py`` (``HCEvaluator.run``, commit 8a28b2e), with ``--steps 50``
+``code/evaluation/hierarchical_retrieval.py``, method ``HCEvaluator.run`` (last changed in commit ab0166c, "cuda =>
+args.device", which only moves tensors to ``args.device``; 8a28b2e before it), with ``--steps 50``
 (``code/eval.py``):
 
 - every embedding (images, texts, and the root = the text embedding of the empty string "") is L2-normalised;
 - the radius of a text is its Euclidean distance to the root; the thresholds are ``np.linspace(rmin, rmax, steps)``
   over the radii of all the texts searched;
 - at each threshold, each image retrieves the text of highest cosine similarity among the texts of radius
-  <= threshold (first in pool order on a tie, as ``argmax``); consecutive repeats are dropped, giving a predicted
-  chain from generic (near the root) to specific. Distinct texts with the same embedding (e.g. captions that differ
-  only past a text encoder's token limit) always tie; the code's ``argmax`` then takes the first in pool order.
-  Here such a group counts as one retrieved text, any of its members, credited by ``tie_rule``
-  (`hf_longclip.metrics.ties`): ``"fair"`` (default) the expectation when the member is drawn at random, i.e. a
-  share |group ∩ truth| / |group| of a hit; ``"optimistic"`` a hit if any member is true; ``"pessimistic"`` only if
-  all are. Without such groups every rule gives the code's numbers;
+  <= threshold (``S[mask].argmax()``, the first in pool order on a tie); consecutive repeats are dropped, giving a
+  predicted chain from generic (near the root) to specific;
 - precision = |predicted ∩ ground truth| / |predicted| (sets of texts, ground truth = the texts of all the image's
   chains); recall at level l = 1 if the level-l text of any of the image's chains was predicted; recall = the
   mean over the 4 levels; all averaged over images;
-- d_corr = mean over chains of Kendall's tau between the radii of the chain's 4 texts and [1, 2, 3, 4].
-  The code computes ``kendalltau(R.argsort(dim=-1)[c], [1, 2, 3, 4])`` with ``R`` a CPU torch tensor, whose argsort
-  keeps tied values in level order. That equals tau of the radii with every tied pair counted as concordant
-  (a permutation and its inverse have the same number of inversions): ``d_corr_method="official"``, the default,
-  with ``tie_rule="optimistic"``. Its tied pairs follow ``tie_rule``: +1 ``"optimistic"`` (the code's),
-  0 ``"fair"`` (the default: concordant with probability 1/2 when ties are ordered at random), -1 ``"pessimistic"``.
-  ``d_corr_method="tau_b"`` uses tau-b instead (a tied pair counts as neither and leaves the denominator; a chain
-  whose 4 radii all tie, e.g. one text repeated, counts as 0) whatever ``tie_rule``. They differ only on ties.
+- d_corr = mean over chains of Kendall's tau between the radii of the chain's 4 texts and [1, 2, 3, 4]. The code
+  computes ``kendalltau(R.argsort(dim=-1)[c], [1, 2, 3, 4])`` with ``R`` a CPU torch tensor, whose argsort of 4
+  values keeps tied values in level order (stable up to 16 values). That equals tau of the radii with every tied
+  pair counted as concordant (a permutation and its inverse have the same number of inversions):
+  ``d_corr_method="official"``, the default.
+
+Ties (`hf_longclip.metrics.ties`), ``tie_rule``: the code breaks both of its ties by position, so the default,
+``"first"`` (`OFFICIAL_TIE_RULE`), gives ``HCEvaluator.run``'s numbers: a tie in retrieval (distinct texts with the
+same embedding, e.g. captions that differ only past a text encoder's token limit) retrieves the first of them in
+pool order, as ``argmax``; a tied pair of radii counts as in order (+1), as the stable argsort. ``"fair"`` is the
+expectation under random tie-breaking: a group of texts with one embedding counts as one retrieved text, any of its
+members, a hit in proportion |group ∩ truth| / |group|, and a tied pair of radii counts 0 (in order on a coin
+toss); ``"optimistic"`` counts the group a hit if any member is true and a tied pair +1; ``"pessimistic"`` only if
+all are, and -1; ``"last"`` retrieves the group's last member and counts a tied pair -1. Without such ties every
+rule gives the code's numbers. ``d_corr_method="tau_b"`` uses tau-b instead (a tied pair counts as neither and
+leaves the denominator; a chain whose 4 radii all tie, e.g. one text repeated, counts as 0) whatever ``tie_rule``.
 
 DITM (Jang et al. 2025, Sec. IV-B) replaces the distance to the root by the distance to the chain's image:
 ``d_corr_image``, signed so that +1 means level 4 (most specific) is closest to the image and level 1 farthest,
 DITM's intended order (its Fig. 8c, and the positive 83.3 of its Table III). DITM's code was not found; that sign
-is inferred from the paper's text, and its ties follow ``d_corr_method`` as d_corr's do (under "official", two texts
-equally far from the image count as in DITM's order).
+is inferred from the paper's text, and its ties follow ``d_corr_method`` and ``tie_rule`` as d_corr's do (under
+"official" with "first", two texts equally far from the image count as in DITM's order).
 """
 
 from __future__ import annotations
@@ -42,9 +46,10 @@ import numpy as np
 import torch
 
 from .retrieval import as_embeddings, as_index
-from .ties import DEFAULT_TIE_RULE, check_tie_rule, tied_pair_sign
+from .ties import INDEX_RULES, check_tie_rule, tied_pair_sign
 
 NUM_LEVELS = 4
+OFFICIAL_TIE_RULE = "first"  # HCEvaluator's: argmax takes the first tied text, argsort keeps tied radii in order
 
 
 def kendall_tau_b(x, y) -> float:
@@ -72,7 +77,7 @@ def _tau_with_levels(values: torch.Tensor, method: str, tie_rule: str) -> torch.
     """Row-wise Kendall tau between each row of ``values`` (rows, n) and [1, ..., n].
 
     ``"official"``: the mean over all pairs of +1 (in order) / -1 (out of order), a tied pair counting
-    `tied_pair_sign` (+1 under ``"optimistic"``: tau of the stable ``values.argsort()``, the code's).
+    `tied_pair_sign` (+1 under ``"first"`` and ``"optimistic"``: tau of the stable ``values.argsort()``, the code's).
     ``"tau_b"``: tau-b, a tied pair counts as neither; 0 for a constant row.
     """
     i, j = torch.triu_indices(values.shape[1], values.shape[1], offset=1)
@@ -121,7 +126,7 @@ def hierarcaps(
     chain_to_image=None,
     num_thresholds: int = 50,
     d_corr_method: str = "official",
-    tie_rule: str = DEFAULT_TIE_RULE,
+    tie_rule: str = OFFICIAL_TIE_RULE,
 ) -> dict[str, float | int | str]:
     """HierarCaps metrics: hierarchical retrieval precision / recall and the d_corr order correlations.
 
@@ -134,10 +139,13 @@ def hierarcaps(
       ground truth); default: chain c belongs to image c. Every image needs at least one chain.
     - ``num_thresholds``: the number of radius thresholds (the code's ``--steps``, 50 by default).
     - ``d_corr_method``: how ``d_corr`` and ``d_corr_image`` treat tied values: ``"official"`` (default, as the
-      HierarCaps code's ``kendalltau(radii.argsort(), [1, 2, 3, 4])``: a tie counts as in order) or ``"tau_b"``
-      (Kendall's tau-b: a tie counts as neither in nor out of order). Equal when no two values of a chain tie.
-    - ``tie_rule``: how texts with identical embeddings (retrieval) and tied values (``"official"`` d_corr) are
-      credited, ``"fair"`` (default), ``"optimistic"`` or ``"pessimistic"`` (see the module's docstring).
+      HierarCaps code's ``kendalltau(radii.argsort(), [1, 2, 3, 4])``: a tied pair counts by ``tie_rule``, in
+      order under the default) or ``"tau_b"`` (Kendall's tau-b: a tie counts as neither in nor out of order).
+      Equal when no two values of a chain tie.
+    - ``tie_rule``: how tied similarities (retrieval) and tied values (``"official"`` d_corr) are credited:
+      ``"first"`` (default, `OFFICIAL_TIE_RULE`: as ``HCEvaluator.run``, which breaks both by position), ``"fair"``
+      (the expectation under random tie-breaking), ``"optimistic"``, ``"pessimistic"`` or ``"last"`` (see the
+      module's docstring).
 
     Works in float64 and holds (num_images, num_texts) matrices (HierarCaps' test set: about 1k x 4k).
 
@@ -189,36 +197,29 @@ def hierarcaps(
     # hierarchical retrieval: the best text among those within each radius threshold
     radius = (texts - root).norm(dim=-1)
     thresholds = np.linspace(radius.min().item(), radius.max().item(), int(num_thresholds))
-    similarity = images @ texts.T
+    # argmax takes the first of tied texts, as the code's; under "last" it searches the pool in reverse
+    order = torch.arange(num_texts).flip(0) if tie_rule == "last" else torch.arange(num_texts)
+    similarity, searched_radius = (images @ texts.T)[:, order], radius[order]
     retrieved = torch.zeros(num_images, num_texts, dtype=torch.bool)
     rows = torch.arange(num_images)
     for threshold in thresholds:
-        best = similarity.masked_fill(radius > threshold, -torch.inf).argmax(dim=1)
-        retrieved[rows, best] = True
+        best = similarity.masked_fill(searched_radius > threshold, -torch.inf).argmax(dim=1)
+        retrieved[rows, order[best]] = True
 
-    # texts of one embedding form a group; argmax retrieved its first member, which stands for the whole group
-    groups = torch.unique(texts, dim=0, return_inverse=True)[1]
-    membership = torch.nn.functional.one_hot(groups).double()  # (num_texts, num_groups)
-    group_size = membership.sum(dim=0)
-
-    def share_true(truth: torch.Tensor) -> torch.Tensor:
-        """(num_images, num_groups): the credit of a retrieved group as a hit of ``truth`` (num_images, num_texts)."""
-        true_members = truth.double() @ membership
-        if tie_rule == "fair":
-            return true_members / group_size
-        return (true_members > 0 if tie_rule == "optimistic" else true_members == group_size).double()
-
-    retrieved_groups = retrieved.double() @ membership  # 1 where a group was retrieved (only its first member is)
     truth = torch.zeros(num_images, num_texts, dtype=torch.bool)
     truth[owner.repeat_interleave(NUM_LEVELS), chain_ids.flatten()] = True
-    true_positives = (retrieved_groups * share_true(truth)).sum(dim=1)
-    precision = true_positives / retrieved.sum(dim=1).clamp(min=1)
-    level_hits = torch.zeros(num_images, NUM_LEVELS, dtype=torch.float64)
+    level_truths = []
     for level in range(NUM_LEVELS):
         level_truth = torch.zeros(num_images, num_texts, dtype=torch.bool)
         level_truth[owner, chain_ids[:, level]] = True  # the level-l texts of each image's chains
-        # a hit unless every retrieved group's member misses them (members drawn independently per group)
-        level_hits[:, level] = 1 - (1 - retrieved_groups * share_true(level_truth)).prod(dim=1)
+        level_truths.append(level_truth)
+    level_hits = torch.zeros(num_images, NUM_LEVELS, dtype=torch.float64)
+    if tie_rule in INDEX_RULES:  # the texts argmax retrieved, as the code
+        precision = (retrieved & truth).sum(dim=1).double() / retrieved.sum(dim=1).clamp(min=1)
+        for level, level_truth in enumerate(level_truths):
+            level_hits[:, level] = (retrieved & level_truth).any(dim=1).double()
+    else:
+        precision, level_hits = _group_credit(texts, retrieved, truth, level_truths, tie_rule)
     recall_levels = level_hits.mean(dim=0)
 
     d_corr = _tau_with_levels(radius[chain_ids], d_corr_method, tie_rule).mean().item()
@@ -234,3 +235,28 @@ def hierarcaps(
     result.update(d_corr=d_corr, d_corr_image=d_corr_image, num_images=num_images, num_chains=num_chains,
                   tie_rule=tie_rule)
     return result
+
+
+def _group_credit(texts: torch.Tensor, retrieved: torch.Tensor, truth: torch.Tensor,
+                  level_truths: list[torch.Tensor], tie_rule: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per image, precision and the level hits (num_images, 4) when each group of texts with one embedding counts
+    as one retrieved text, any of its members, credited by ``tie_rule`` ("fair", "optimistic" or "pessimistic")."""
+    # texts of one embedding form a group; argmax retrieved its first member, which stands for the whole group
+    groups = torch.unique(texts, dim=0, return_inverse=True)[1]
+    membership = torch.nn.functional.one_hot(groups).double()  # (num_texts, num_groups)
+    group_size = membership.sum(dim=0)
+
+    def share_true(truth: torch.Tensor) -> torch.Tensor:
+        """(num_images, num_groups): the credit of a retrieved group as a hit of ``truth`` (num_images, num_texts)."""
+        true_members = truth.double() @ membership
+        if tie_rule == "fair":
+            return true_members / group_size
+        return (true_members > 0 if tie_rule == "optimistic" else true_members == group_size).double()
+
+    retrieved_groups = retrieved.double() @ membership  # 1 where a group was retrieved (only its first member is)
+    precision = (retrieved_groups * share_true(truth)).sum(dim=1) / retrieved.sum(dim=1).clamp(min=1)
+    level_hits = torch.zeros(retrieved.shape[0], NUM_LEVELS, dtype=torch.float64)
+    for level, level_truth in enumerate(level_truths):
+        # a hit unless every retrieved group's member misses them (members drawn independently per group)
+        level_hits[:, level] = 1 - (1 - retrieved_groups * share_true(level_truth)).prod(dim=1)
+    return precision, level_hits

@@ -28,9 +28,12 @@ def himo_at_k(scores: Sequence[Sequence[float]], method: str | None = None,
     - Eq. 6 (K = 2, 3), ``"accuracy"``: percentage of images with strictly increasing scores
       s_{t_1} < s_{t_2} (< s_{t_3}). Equal scores (e.g. prefixes that differ only past a text encoder's token limit)
       are credited by ``tie_rule`` (`hf_longclip.metrics.ties.increasing_credit`): ``"fair"`` (default) the chance
-      that they come out increasing when ordered at random (1/2 for two equal scores), ``"optimistic"`` 1,
-      ``"pessimistic"`` 0 (Eq. 6's strict order read literally). Pearson (Eq. 5) reads the scores as values, not
-      as an order: it has no tie rule.
+      that they come out increasing when ordered at random (1/2 for two equal scores), ``"optimistic"`` and
+      ``"first"`` (equal scores in prefix order) 1, ``"pessimistic"`` and ``"last"`` 0 (Eq. 6's strict order read
+      literally). HiMo-CLIP's released code (UnicomAI/HiMo-CLIP, eval/text_mono/get_himo.py) computes Pearson's
+      HiMo@K only, so Eq. 6 has no official tie-break and the default stays fair. Pearson (Eq. 5) reads the scores
+      as values, not as an order: it has no tie rule; a constant list counts 0, as get_himo.py's
+      ``pearson_correlation`` (``den == 0``).
 
     Lists may have different lengths. With ``method=None`` the definition follows each list's length and
     a batch mixing both kinds is rejected; ``method="pearson"`` or ``"accuracy"`` forces one definition for

@@ -5,7 +5,11 @@ twin pairs (`pair_recall_at_1`) and over images sharing one text (`recall_at_1_b
 miniature.
 
 Every recall credits tied scores by one ``tie_rule`` (`hf_longclip.metrics.ties`): ``"fair"`` (default, the expected
-credit under random tie-breaking), ``"optimistic"`` or ``"pessimistic"``; each result records the rule it used."""
+credit under random tie-breaking), ``"optimistic"``, ``"pessimistic"``, or by position, ``"first"`` (the candidate
+of lower index ranks first among tied ones: ``argmax``, a stable descending sort, CUDA top-k) or ``"last"`` (the one
+of higher index: the last K of a stable ascending sort, ``argsort()[-K:]``); each result records the rule it used.
+The position rules rank candidates in the order given (images in row order, texts in the order of ``text_embeds``),
+so they reproduce a benchmark code only when its candidates are in the same order."""
 
 from __future__ import annotations
 
@@ -15,7 +19,15 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .ties import DEFAULT_TIE_RULE, check_tie_rule, hit_credit, pairwise_credit
+from .ties import (
+    DEFAULT_TIE_RULE,
+    INDEX_RULES,
+    check_tie_rule,
+    first_ranked,
+    hit_credit,
+    pairwise_credit,
+    tied_ahead,
+)
 
 # Default budget of one chunk's score matrix, in elements (float32: 64 MiB; ranks are counted in place in it).
 CHUNK_ELEMENTS = 1 << 24
@@ -58,15 +70,18 @@ def recall_at_k(similarity: torch.Tensor, k: int = 1, tie_rule: str = DEFAULT_TI
 
     A paired item with g columns scored strictly higher and t others tied with it counts
     ``clamp((k - g) / (t + 1), 0, 1)`` under ``tie_rule="fair"`` (its chance under random tie-breaking), ``g < k``
-    under ``"optimistic"``, ``g + t < k`` under ``"pessimistic"`` (`hf_longclip.metrics.ties.hit_credit`)."""
+    under ``"optimistic"``, ``g + t < k`` under ``"pessimistic"``, ``g`` + the tied columns of lower (``"first"``) /
+    higher (``"last"``) index ``< k`` (`hf_longclip.metrics.ties.hit_credit`)."""
     if similarity.ndim != 2 or similarity.shape[0] != similarity.shape[1] or similarity.shape[0] == 0:
         raise ValueError(f"expected a non-empty square query x item similarity matrix, got {tuple(similarity.shape)}")
     if not torch.isfinite(similarity).all():
         raise ValueError("similarity contains NaN or inf")
     check_tie_rule(tie_rule)
     scores = _exact_copy(similarity)
-    above, tied = _count_above_and_tied(scores, scores.diagonal().unsqueeze(1).clone())
-    return hit_credit(above, tied - 1, torch.ones_like(tied), k, tie_rule).mean().item() * 100
+    own = scores.diagonal().unsqueeze(1).clone()
+    ahead = (tied_ahead(scores == own, torch.arange(len(scores)), tie_rule) if tie_rule in INDEX_RULES else None)
+    above, tied = _count_above_and_tied(scores, own)
+    return hit_credit(above, tied - 1, torch.ones_like(tied), k, tie_rule, ahead).mean().item() * 100
 
 
 def as_embeddings(value, name: str, ndim: int = 2) -> torch.Tensor:
@@ -187,7 +202,10 @@ def long_text_retrieval(
       image's best caption and the n negatives tied with them are ordered at random; with g negatives scored
       higher, the m = K - g places left hold a caption unless all m go to negatives: credit
       ``1 - C(n, m) / C(n + p, m)`` (p tied captions; ``(K - g) / (n + 1)`` for one), so ties among the image's own
-      captions cost nothing. ``"optimistic"`` counts g < K (ties as hits), ``"pessimistic"`` g + n < K. How many
+      captions cost nothing. ``"optimistic"`` counts g < K (ties as hits), ``"pessimistic"`` g + n < K;
+      ``"first"`` breaks ties by index, lower first (a hit when g + the tied negatives of lower index than the
+      query's first tied positive < K: ``torch.argmax`` and top-k as Long-CLIP's Urban1k and Flickr30k codes use
+      them), ``"last"`` higher first (the last K of an ascending ``argsort``, Long-CLIP's COCO code). How many
       queries had a tie (a negative candidate scored exactly as their best positive) is reported, and embeddings
       whose rows are mostly duplicates (`duplicate_fraction` above `DEGENERATE_FRACTION`: a collapsed model) raise
       a `DegenerateEmbeddingsWarning`.
@@ -219,7 +237,9 @@ def long_text_retrieval(
     starts[1:] = torch.cumsum(captions_per_image, 0)
 
     # per query: candidates above its best positive, negatives and positives tied with it (`hit_credit`)
-    i2t_above, i2t_negatives, i2t_positives = (torch.empty(num_images, dtype=torch.int64) for _ in range(3))
+    by_index = tie_rule in INDEX_RULES
+    i2t_above, i2t_negatives, i2t_positives, i2t_ahead = (torch.zeros(num_images, dtype=torch.int64)
+                                                          for _ in range(4))
     step = _chunk_rows(chunk_size, num_images, num_texts)
     for lo in range(0, num_images, step):
         hi = min(lo + step, num_images)
@@ -228,27 +248,35 @@ def long_text_retrieval(
         rows = owner[positives] - lo
         best = torch.full((hi - lo,), -torch.inf, dtype=scores.dtype)
         best.scatter_reduce_(0, rows, scores[rows, positives], reduce="amax")
-        positives_at_best = torch.bincount(rows[scores[rows, positives] == best[rows]], minlength=hi - lo)
+        at_best = scores[rows, positives] == best[rows]
+        positives_at_best = torch.bincount(rows[at_best], minlength=hi - lo)
+        if by_index:  # before the counts overwrite the scores
+            anchor = first_ranked(rows[at_best], positives[at_best], hi - lo, tie_rule)
+            i2t_ahead[lo:hi] = tied_ahead(scores == best.unsqueeze(1), anchor, tie_rule)
         above, tied = _count_above_and_tied(scores, best.unsqueeze(1))
         i2t_above[lo:hi], i2t_positives[lo:hi] = above, positives_at_best
         i2t_negatives[lo:hi] = tied - positives_at_best
         del scores  # before the next chunk's scores exist
 
-    t2i_above, t2i_negatives = (torch.empty(num_texts, dtype=torch.int64) for _ in range(2))
+    t2i_above, t2i_negatives, t2i_ahead = (torch.zeros(num_texts, dtype=torch.int64) for _ in range(3))
     step = _chunk_rows(chunk_size, num_texts, num_images)
     for lo in range(0, num_texts, step):
         hi = min(lo + step, num_texts)
         scores = texts[lo:hi] @ images.T
         positive = scores.gather(1, owner[lo:hi].unsqueeze(1))
+        if by_index:
+            t2i_ahead[lo:hi] = tied_ahead(scores == positive, owner[lo:hi], tie_rule)
         above, tied = _count_above_and_tied(scores, positive)
         t2i_above[lo:hi], t2i_negatives[lo:hi] = above, tied - 1
         del scores
 
     result: dict[str, float | int | str] = {}
-    for direction, above, negatives, positives in (("i2t", i2t_above, i2t_negatives, i2t_positives),
-                                                   ("t2i", t2i_above, t2i_negatives, torch.ones_like(t2i_above))):
+    for direction, above, negatives, positives, ahead in (
+            ("i2t", i2t_above, i2t_negatives, i2t_positives, i2t_ahead),
+            ("t2i", t2i_above, t2i_negatives, torch.ones_like(t2i_above), t2i_ahead)):
         for k in ks:
-            result[f"r{k}_{direction}"] = hit_credit(above, negatives, positives, k, tie_rule).mean().item() * 100
+            credit = hit_credit(above, negatives, positives, k, tie_rule, ahead if by_index else None)
+            result[f"r{k}_{direction}"] = credit.mean().item() * 100
     result["rsum"] = sum(result.values())
     result["num_images"] = num_images
     result["num_texts"] = num_texts
@@ -366,7 +394,8 @@ def multi_positive_recall(
     if exclude_self:
         sets = [[item for item in items_ if item != query] for query, items_ in enumerate(sets)]
     scored = torch.tensor([bool(items_) for items_ in sets])
-    above, negatives, positives_at_best = (torch.zeros(num_queries, dtype=torch.int64) for _ in range(3))
+    by_index = tie_rule in INDEX_RULES
+    above, negatives, positives_at_best, ahead = (torch.zeros(num_queries, dtype=torch.int64) for _ in range(4))
     step = _chunk_rows(chunk_size, num_queries, num_items)
     for lo in range(0, num_queries, step):
         hi = min(lo + step, num_queries)
@@ -379,14 +408,19 @@ def multi_positive_recall(
         best = torch.zeros(hi - lo, dtype=scores.dtype)  # stays 0 for a query without positives (not scored)
         if len(rows):
             best.scatter_reduce_(0, rows, scores[rows, cols], reduce="amax", include_self=False)
-            positives_at_best[lo:hi] = torch.bincount(rows[scores[rows, cols] == best[rows]], minlength=hi - lo)
+            at_best = scores[rows, cols] == best[rows]
+            positives_at_best[lo:hi] = torch.bincount(rows[at_best], minlength=hi - lo)
+            if by_index:
+                anchor = first_ranked(rows[at_best], cols[at_best], hi - lo, tie_rule)
+                ahead[lo:hi] = tied_ahead(scores == best.unsqueeze(1), anchor, tie_rule)
         chunk_above, tied = _count_above_and_tied(scores, best.unsqueeze(1))
         above[lo:hi], negatives[lo:hi] = chunk_above, tied - positives_at_best[lo:hi]
         del scores
     result: dict[str, float | int | str] = {}
     count = int(scored.sum())
     for k in ks:
-        credit = hit_credit(above[scored], negatives[scored], positives_at_best[scored], k, tie_rule)
+        credit = hit_credit(above[scored], negatives[scored], positives_at_best[scored], k, tie_rule,
+                            ahead[scored] if by_index else None)
         result[f"r{k}"] = credit.mean().item() * 100 if count else float("nan")
     result["num_queries"] = count
     result["num_without_positive"] = num_queries - count
@@ -437,7 +471,8 @@ def pair_recall_at_1(image_embeds: torch.Tensor, text_embeds: torch.Tensor, pair
                      tie_rule: str = DEFAULT_TIE_RULE) -> tuple[float, float]:
     """R@1 image->text and text->image within each pair (a gallery of two: the own item and its twin), in percent.
     Scores within `PAIR_TIE_TOLERANCE` tie; a tie counts 1/2 under ``tie_rule="fair"`` (so chance is 50 and a model
-    that cannot tell the twins apart scores exactly 50), 1 ``"optimistic"``, 0 ``"pessimistic"``."""
+    that cannot tell the twins apart scores exactly 50), 1 ``"optimistic"``, 0 ``"pessimistic"``, and under
+    ``"first"`` / ``"last"`` goes to the pair's first / second item."""
     check_tie_rule(tie_rule)
     if not pairs:
         return float("nan"), float("nan")
@@ -445,8 +480,10 @@ def pair_recall_at_1(image_embeds: torch.Tensor, text_embeds: torch.Tensor, pair
     similarity = torch.einsum("pid,pjd->pij", image_embeds[index], text_embeds[index])  # (pairs, image, text)
     own = similarity.diagonal(dim1=1, dim2=2)
 
+    own_first = torch.tensor([True, False])  # the pair's first item's own candidate is the first of the two
+
     def recall(other: torch.Tensor) -> float:
-        return pairwise_credit(own - other, tie_rule, PAIR_TIE_TOLERANCE).mean().item() * 100
+        return pairwise_credit(own - other, tie_rule, PAIR_TIE_TOLERANCE, own_first).mean().item() * 100
 
     return recall(similarity[:, [0, 1], [1, 0]]), recall(similarity[:, [1, 0], [0, 1]])
 
@@ -460,14 +497,21 @@ def recall_at_1_by_text(image_embeds: torch.Tensor, text_embeds: torch.Tensor, o
     """
     check_tie_rule(tie_rule)
     similarity = _exact_copy(image_embeds @ text_embeds.T)  # (images, distinct texts)
-    above, tied = _count_above_and_tied(similarity.clone(), similarity.gather(1, owners[:, None]))
-    i2t = hit_credit(above, tied - 1, torch.ones_like(tied), 1, tie_rule).mean().item() * 100
+    own = similarity.gather(1, owners[:, None])
+    by_index = tie_rule in INDEX_RULES
+    ahead = tied_ahead(similarity == own, owners, tie_rule) if by_index else None
+    above, tied = _count_above_and_tied(similarity.clone(), own)
+    i2t = hit_credit(above, tied - 1, torch.ones_like(tied), 1, tie_rule, ahead).mean().item() * 100
     carries = (owners[:, None] == torch.arange(text_embeds.shape[0])[None]).T  # (texts, images)
     scores = similarity.T
     best_own = scores.masked_fill(~carries, float("-inf")).amax(dim=1, keepdim=True)
     at_best = scores == best_own
     carriers_at_best = (at_best & carries).sum(dim=1)
     above = (scores > best_own).sum(dim=1)
-    t2i = hit_credit(above, at_best.sum(dim=1) - carriers_at_best, carriers_at_best, 1, tie_rule)
+    ahead = None
+    if by_index:
+        text_rows, carrier = torch.nonzero(at_best & carries, as_tuple=True)
+        ahead = tied_ahead(at_best, first_ranked(text_rows, carrier, len(scores), tie_rule), tie_rule)
+    t2i = hit_credit(above, at_best.sum(dim=1) - carriers_at_best, carriers_at_best, 1, tie_rule, ahead)
     return i2t, t2i.mean().item() * 100
 

@@ -1,4 +1,4 @@
-"""How every metric of the library credits tied scores: one rule, chosen by name, ``"fair"`` by default.
+"""How every metric of the library credits tied scores: one rule, chosen by name.
 
 - ``"fair"``: the expected credit when ties are broken uniformly at random (each query, or each comparison, breaking
   its own ties independently). For Recall@K, a positive with ``g`` candidates scored strictly higher and ``t`` others
@@ -7,14 +7,27 @@
 - ``"optimistic"``: every tie resolved in the query's favour (the positive ranks first among its ties), as codes
   that count the candidates scored strictly higher.
 - ``"pessimistic"``: every tie resolved against the query (the positive ranks last among its ties), as codes that
-  ask for strictly higher scores (COLA's ``ColaMultiObjAcc``, HiMo-CLIP's strictly increasing HiMo@2/3).
+  ask for strictly higher scores (COLA's ``ColaMultiObjAcc``; HiMo-CLIP's Eq. 6 read literally).
+- ``"first"``: ties broken by position, the candidate of lower index first: what ``torch.argmax`` (documented: the
+  first maximal value), a stable sort and PyTorch's CUDA top-k kernel do. In a ranking the earlier of two tied
+  candidates ranks higher; in an ascending order of values (HierarCaps' ``argsort`` of a chain's radii, HiMo@2/3's
+  increasing scores) the earlier of two equal values comes first, i.e. the pair counts as in order.
+- ``"last"``: ties broken by position the other way, the candidate of higher index first: what the last K entries
+  of a stable ascending sort (``similarity.argsort()[-K:]``, Long-CLIP's COCO code) pick.
+
+`DEFAULT_TIE_RULE` (``"fair"``) is the rule of the library's own protocols (the main job's tables, the recipes'
+miniature evaluations) and of the metrics whose benchmarks have no determinate tie-break of their own. A metric
+whose benchmark code breaks ties its own way defaults to that code's rule (`hierarcaps`: ``"first"``, as
+HierarCaps' ``HCEvaluator``; `cola_multi`: ``"pessimistic"``, as COLA's ``ColaMultiObjAcc``), and ``hf-longclip
+eval`` picks each benchmark protocol's rule (`hf_longclip.evaluation.tie_rules`); docs/evaluation.md tabulates them.
 """
 
 from __future__ import annotations
 
 import torch
 
-TIE_RULES = ("fair", "optimistic", "pessimistic")
+TIE_RULES = ("fair", "optimistic", "pessimistic", "first", "last")
+INDEX_RULES = ("first", "last")  # the rules that break ties by position (index order)
 DEFAULT_TIE_RULE = "fair"
 
 
@@ -26,7 +39,7 @@ def check_tie_rule(tie_rule: str) -> str:
 
 
 def hit_credit(above: torch.Tensor, tied_negatives: torch.Tensor, tied_positives: torch.Tensor, k: int,
-               tie_rule: str) -> torch.Tensor:
+               tie_rule: str, tied_ahead: torch.Tensor | None = None) -> torch.Tensor:
     """Per query, the credit (in [0, 1], float64) of "some positive is among the top ``k``".
 
     ``above``: candidates scored strictly higher than the query's best positive (all negatives); ``tied_negatives``
@@ -35,9 +48,16 @@ def hit_credit(above: torch.Tensor, tied_negatives: torch.Tensor, tied_positives
     the query misses iff those ``m`` places hold negatives only:
     ``credit = 1 - C(n, m) / C(n + p, m)`` (n tied negatives, p tied positives), i.e. ``m / (n + 1)`` for a single
     positive; ties among positives alone cost nothing. ``"optimistic"``: ``above < k``; ``"pessimistic"``:
-    ``above + n < k`` (every tied negative ranked first).
+    ``above + n < k`` (every tied negative ranked first). ``"first"`` / ``"last"``: ``above + tied_ahead < k``, with
+    ``tied_ahead`` the tied negatives that the position order ranks before the query's first-ranked tied positive
+    (those of lower index than the lowest-indexed tied positive under ``"first"``, of higher index than the
+    highest-indexed one under ``"last"``; see `tied_ahead`), required for these two rules.
     """
     check_tie_rule(tie_rule)
+    if tie_rule in INDEX_RULES:
+        if tied_ahead is None:
+            raise ValueError(f"tie_rule {tie_rule!r} breaks ties by position: pass tied_ahead")
+        return (above + tied_ahead < k).double()
     if tie_rule == "optimistic":
         return (above < k).double()
     if tie_rule == "pessimistic":
@@ -54,11 +74,40 @@ def hit_credit(above: torch.Tensor, tied_negatives: torch.Tensor, tied_positives
     return credit
 
 
-def pairwise_credit(margin: torch.Tensor, tie_rule: str, tolerance: float = 0.0) -> torch.Tensor:
+def tied_ahead(tied: torch.Tensor, anchor: torch.Tensor, tie_rule: str) -> torch.Tensor:
+    """Per row of ``tied`` (rows, candidates; True where a candidate ties with the row's best positive), the tied
+    candidates that ``tie_rule``'s position order ranks before ``anchor`` (rows,), the row's first-ranked tied
+    positive: those of lower index under ``"first"`` (``anchor`` = the lowest index of a tied positive), of higher
+    index under ``"last"`` (``anchor`` = the highest). int64."""
+    if tie_rule not in INDEX_RULES:
+        raise ValueError(f"tied_ahead is for the position rules {INDEX_RULES}, got {tie_rule!r}")
+    columns = torch.arange(tied.shape[1], device=tied.device)
+    before = columns < anchor[:, None] if tie_rule == "first" else columns > anchor[:, None]
+    return (tied & before).sum(dim=1)
+
+
+def first_ranked(rows: torch.Tensor, items: torch.Tensor, num_rows: int, tie_rule: str) -> torch.Tensor:
+    """Per row, the item of ``items`` (paired with ``rows``, both 1-D) that ``tie_rule``'s position order ranks
+    first among them: the lowest index under ``"first"``, the highest under ``"last"`` (int64, -1 for a row with none).
+    """
+    reduce = "amin" if tie_rule == "first" else "amax"
+    return torch.full((num_rows,), -1, dtype=torch.int64).scatter_reduce_(0, rows, items, reduce=reduce,
+                                                                          include_self=False)
+
+
+def pairwise_credit(margin: torch.Tensor, tie_rule: str, tolerance: float = 0.0, own_first=None) -> torch.Tensor:
     """Credit (float64) of winning a comparison of two candidates, ``margin`` = own score - other score: 1 above
     ``tolerance``, 0 below ``-tolerance``, and a tie (``|margin| <= tolerance``) 1/2 under ``"fair"`` (a coin toss),
-    1 ``"optimistic"``, 0 ``"pessimistic"``."""
-    tie_value = {"fair": 0.5, "optimistic": 1.0, "pessimistic": 0.0}[check_tie_rule(tie_rule)]
+    1 ``"optimistic"``, 0 ``"pessimistic"``; under ``"first"`` / ``"last"`` 1 when the own candidate comes first /
+    last in position (``own_first``: a bool or a bool tensor broadcasting with ``margin``, required for them)."""
+    check_tie_rule(tie_rule)
+    if tie_rule in INDEX_RULES:
+        if own_first is None:
+            raise ValueError(f"tie_rule {tie_rule!r} breaks ties by position: pass own_first")
+        first = torch.as_tensor(own_first, dtype=torch.bool)
+        tie_value = (first if tie_rule == "first" else ~first).double()
+    else:
+        tie_value = {"fair": 0.5, "optimistic": 1.0, "pessimistic": 0.0}[tie_rule]
     tied = margin.abs() <= tolerance
     return torch.where(tied, tie_value, (margin > 0).double()).double()
 
@@ -67,14 +116,15 @@ def increasing_credit(values, tie_rule: str) -> float:
     """Credit of "``values`` are strictly increasing" when equal values are ordered at random: 0 if some value is
     below an earlier one; otherwise 1 / prod(r!) over the runs of r equal values under ``"fair"`` (the chance that
     every run comes out in increasing order), 1 ``"optimistic"``, and 1 only without equal neighbours
-    ``"pessimistic"``."""
+    ``"pessimistic"``. ``"first"`` orders equal values by position (the earlier first: in order, as
+    ``"optimistic"``), ``"last"`` the other way (out of order, as ``"pessimistic"``)."""
     check_tie_rule(tie_rule)
     steps = [later - earlier for earlier, later in zip(values[:-1], values[1:])]
     if any(step < 0 for step in steps):
         return 0.0
-    if tie_rule == "optimistic":
+    if tie_rule in ("optimistic", "first"):
         return 1.0
-    if tie_rule == "pessimistic":
+    if tie_rule in ("pessimistic", "last"):
         return float(all(step > 0 for step in steps))
     orders, run = 1, 1
     for step in steps:
@@ -84,7 +134,9 @@ def increasing_credit(values, tie_rule: str) -> float:
 
 
 def tied_pair_sign(tie_rule: str) -> float:
-    """What a pair of tied values adds to Kendall's concordance sum: +1 (counted in order) under ``"optimistic"``,
-    -1 ``"pessimistic"``, 0 ``"fair"`` (in order with probability 1/2)."""
-    return {"fair": 0.0, "optimistic": 1.0, "pessimistic": -1.0}[check_tie_rule(tie_rule)]
+    """What a pair of tied values adds to Kendall's concordance sum: +1 (counted in order) under ``"optimistic"``
+    and ``"first"`` (a stable ascending sort keeps the earlier value first), -1 ``"pessimistic"`` and ``"last"``,
+    0 ``"fair"`` (in order with probability 1/2)."""
+    return {"fair": 0.0, "optimistic": 1.0, "pessimistic": -1.0, "first": 1.0,
+            "last": -1.0}[check_tie_rule(tie_rule)]
 

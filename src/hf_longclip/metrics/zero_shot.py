@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from .retrieval import _check_ks, _count_above_and_tied, as_embedding_pair, as_embeddings, as_index
-from .ties import DEFAULT_TIE_RULE, check_tie_rule, hit_credit
+from .ties import DEFAULT_TIE_RULE, INDEX_RULES, check_tie_rule, hit_credit, tied_ahead
 
 DEFAULT_TEMPLATES: tuple[str, ...] = ("a photo of a {}.",)
 
@@ -90,7 +90,10 @@ def zero_shot_classification(
     (num_images,) the true class indices. Scaling an image embedding does not change its ranking, so images need not
     be normalised. An image is correct at k if its true class is among the k best-scored; a true class with g
     classes scored strictly higher and t tied with it counts ``clamp((k - g) / (t + 1), 0, 1)`` under
-    ``tie_rule="fair"`` (default), ``g < k`` ``"optimistic"``, ``g + t < k`` ``"pessimistic"`` (as `recall_at_k`).
+    ``tie_rule="fair"`` (default), ``g < k`` ``"optimistic"``, ``g + t < k`` ``"pessimistic"``, and ``g`` + the
+    tied classes of lower (``"first"``) / higher (``"last"``) index ``< k`` (as `recall_at_k`). The fair default
+    is CLIP_benchmark's rule in expectation: its ``accuracy`` takes ``logits.topk(5)`` on the CPU, whose order of
+    tied classes is implementation-defined (neither the lower nor the higher index first).
     A k larger than the number of classes raises a ValueError (top-5 of 3
     classes would be a meaningless 100%): pass e.g. ``ks=(1,)``. Images are scored ``chunk_size`` at a time.
 
@@ -105,14 +108,18 @@ def zero_shot_classification(
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     target = as_index(labels, "labels", num_images, num_classes, "num_classes")
-    above, tied = (torch.empty(num_images, dtype=torch.int64) for _ in range(2))
+    by_index = tie_rule in INDEX_RULES
+    above, tied, ahead = (torch.zeros(num_images, dtype=torch.int64) for _ in range(3))
     for lo in range(0, num_images, chunk_size):
         scores = images[lo : lo + chunk_size] @ classes.T
-        above[lo : lo + chunk_size], tied[lo : lo + chunk_size] = _count_above_and_tied(
-            scores, scores.gather(1, target[lo : lo + chunk_size, None]))
+        own = scores.gather(1, target[lo : lo + chunk_size, None])
+        if by_index:
+            ahead[lo : lo + chunk_size] = tied_ahead(scores == own, target[lo : lo + chunk_size], tie_rule)
+        above[lo : lo + chunk_size], tied[lo : lo + chunk_size] = _count_above_and_tied(scores, own)
     one = torch.ones_like(tied)
     result: dict[str, float | int | str] = {
-        f"top{k}": hit_credit(above, tied - 1, one, k, tie_rule).mean().item() * 100 for k in ks}
+        f"top{k}": hit_credit(above, tied - 1, one, k, tie_rule, ahead if by_index else None).mean().item() * 100
+        for k in ks}
     result["num_samples"] = num_images
     result["tie_rule"] = tie_rule
     return result

@@ -3,6 +3,8 @@
 `check_texts` refuses empty or whitespace-only captions and non-strings, naming the caption's index.
 `warn_unknown_tokens` warns (the caller keeps it to once) when most of a caption's tokens are unknown to the
 tokenizer, e.g. English captions given to a checkpoint whose word-level tokenizer knows only a small vocabulary.
+`tokens_cut` and `record_truncation` count the captions truncation cut and by how many tokens (a processor keeps the
+count in `truncation_stats`, which `hf-longclip eval` and the training loop report once per run).
 
 This module is part of the models' remote-code bundles, so it imports only the standard library, numpy and torch.
 """
@@ -100,10 +102,49 @@ def warn_unknown_tokens(
     return True
 
 
+def new_truncation_stats(max_length: int | None = None) -> dict:
+    """An empty count of truncated texts: `texts` tokenized, `truncated` of them cut, `tokens_cut` in all and
+    `max_tokens_cut` from one text, at `max_length` tokens."""
+    return {"texts": 0, "truncated": 0, "tokens_cut": 0, "max_tokens_cut": 0, "max_length": max_length}
+
+
+def tokens_cut(tokenizer, texts, input_ids, attention_mask, max_length: int) -> list[int]:
+    """Tokens truncation to `max_length` cut from each of `texts` (0 for one that fits). Only the texts whose
+    encoding fills `max_length` tokens are tokenized again, untruncated, to count them: the others were not cut."""
+    items = [texts] if isinstance(texts, str) else list(texts)
+    ids = _as_padded(input_ids, -1)
+    if attention_mask is not None:
+        lengths = (_as_padded(attention_mask, 0) != 0).sum(axis=1)
+    else:
+        lengths = (ids != -1).sum(axis=1)
+    full = [i for i in range(min(len(items), len(lengths))) if lengths[i] >= max_length]
+    cut = [0] * len(items)
+    if full:
+        whole = tokenizer([items[i] for i in full], truncation=False, verbose=False)["input_ids"]
+        for i, row in zip(full, whole):
+            cut[i] = max(0, len(row) - max_length)
+    return cut
+
+
+def record_truncation(stats: dict, cuts: Sequence[int], max_length: int | None = None) -> dict:
+    """Add one call's `tokens_cut` to `stats` (`new_truncation_stats`), in place; returns it."""
+    cuts = [int(c) for c in cuts]
+    stats["texts"] += len(cuts)
+    stats["truncated"] += sum(1 for c in cuts if c > 0)
+    stats["tokens_cut"] += sum(cuts)
+    stats["max_tokens_cut"] = max([stats["max_tokens_cut"], *cuts])
+    if max_length is not None:
+        stats["max_length"] = max_length
+    return stats
+
+
 __all__ = [
     "UNKNOWN_TOKEN_RATE",
     "UnknownTokensWarning",
     "check_texts",
+    "new_truncation_stats",
+    "record_truncation",
+    "tokens_cut",
     "unknown_token_rates",
     "warn_unknown_tokens",
 ]

@@ -1,18 +1,19 @@
 """What the models built on transformers' `CLIPModel` share (HiMo-CLIP, DITM): construction from a CLIP checkpoint,
-the end-of-text check (`end_of_text_positions`), a shape-(1,) logit scale and the text tower for diffusers (the
-joint forward pass is `DualEncoderMixin`'s). DITM adds its image pooling."""
+the end-of-text check (`end_of_text_positions`) and a shape-(1,) logit scale (the feature functions and the joint
+forward pass are `DualEncoderMixin`'s). DITM adds its image pooling."""
 
-import copy
+from typing import Unpack
 
 import torch
 from torch import nn
-from transformers import CLIPModel, CLIPTextModel, CLIPTextModelWithProjection
+from transformers import CLIPModel
 from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+from transformers.utils import TransformersKwargs
 
 from hf_longclip.modeling_common.dual_encoder import (
     DualEncoderMixin,
     check_input_ids,
-    check_pixel_values,
     end_of_text_positions,
     load_clip_model,
 )
@@ -72,30 +73,29 @@ class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
             raise ValueError(f"weights missing from the CLIP checkpoint: {sorted(missing)}")
         return model.to(clip.dtype)
 
-    def diffusion_text_encoder(self, with_projection: bool = False) -> CLIPTextModel | CLIPTextModelWithProjection:
-        """The text tower alone, as the transformers `CLIPTextModel` a diffusers pipeline takes for `text_encoder`:
-        the same text config (all the model's positions), the weights copied (not shared: the pipeline may cast or
-        move it), the same outputs; with `with_projection`, a `CLIPTextModelWithProjection` with the text projection
-        too (SDXL's `text_encoder_2`: its `text_embeds` are `get_text_features`' `pooler_output`). The hook
-        `hf_longclip.integrations.diffusion.text_encoder_for_diffusion` calls; built without random initialisation, so it leaves
-        torch's random state as it was. (In transformers 5, `self.text_model` is itself a `CLIPTextModel`.)"""
-        text_config = copy.deepcopy(self.config.text_config)
-        with init.no_init_weights():
-            if not with_projection:
-                encoder = CLIPTextModel(text_config)
-                encoder.load_state_dict(self.text_model.state_dict())
-            else:
-                text_config.projection_dim = self.config.projection_dim
-                encoder = CLIPTextModelWithProjection(text_config)
-                encoder.text_model.load_state_dict(self.text_model.state_dict())
-                encoder.text_projection.load_state_dict(self.text_projection.state_dict())
-        return encoder.to(device=self.device, dtype=self.dtype).eval()
+    def get_text_features(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPooling:
+        r"""
+        CLIP's `get_text_features` after checking the token ids (`check_input_ids`) and that every text has its
+        end-of-text token, where CLIP pools: the text tower's outputs, with `pooler_output` the projected
+        end-of-text embedding.
 
-    def get_text_features(self, input_ids: torch.Tensor, *args, **kwargs):
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                Token ids, as the model's processor gives them.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 for real tokens, 0 for padding.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Position of each token (defaults to 0, 1, ...).
+
+        Returns:
+            [`~modeling_outputs.BaseModelOutputWithPooling`] (a tuple with `return_dict=False`).
+        """
         check_input_ids(input_ids, self.config.text_config.vocab_size)
         end_of_text_positions(input_ids, self.config.text_config.eos_token_id)  # the check: CLIP pools there
-        return super().get_text_features(input_ids, *args, **kwargs)
-
-    def get_image_features(self, pixel_values: torch.Tensor, *args, **kwargs):
-        check_pixel_values(pixel_values)
-        return super().get_image_features(pixel_values, *args, **kwargs)
+        return super().get_text_features(input_ids, attention_mask, position_ids, **kwargs)

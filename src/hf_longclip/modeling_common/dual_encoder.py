@@ -1,14 +1,16 @@
-"""What every dual-encoder model of the library shares: its output type, its saving behaviour, where it pools a
-text, the checks of its inputs (`check_input_ids`, `check_pixel_values`: free, no host synchronisation) and how a
-CLIP to start from is loaded (`load_clip_model`)."""
+"""What every dual-encoder model of the library shares: its output type, its saving behaviour, CLIP's feature
+functions and joint forward pass, where it pools a text, the checks of its inputs (`check_input_ids`,
+`check_pixel_values`: free, no host synchronisation) and how a CLIP to start from is loaded (`load_clip_model`)."""
 
 from dataclasses import dataclass
+from typing import Unpack
 
 import torch
 import torch.nn.functional as F
 from transformers import AutoModel, CLIPModel
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.models.clip.modeling_clip import CLIPOutput
-from transformers.utils import can_return_tuple, is_tracing
+from transformers.utils import TransformersKwargs, can_return_tuple, is_tracing
 
 from hf_longclip.modeling_common.saving import CodeBundleMixin
 
@@ -66,19 +68,38 @@ def load_clip_model(clip: "str | CLIPModel", trust_remote_code: bool = False, **
 
 
 class DualEncoderMixin(CodeBundleMixin):
-    """Saving of a dual-encoder model: its code bundle goes next to the weights, and the config also maps
-    `AutoModelForZeroShotImageClassification` to the class, so that
-    `pipeline("zero-shot-image-classification", model=path, trust_remote_code=True)` works. Also the joint forward
-    pass (`forward`; F-CAST's adds its sigmoid bias) and what it is made of: `encode_pair` (both towers through the
-    model's `get_image_features` / `get_text_features`, L2-normalised) and `pair_output` (logits scaled by the
-    model's `logit_scale`)."""
+    """What a dual-encoder model adds to a `PreTrainedModel`: its code bundle saved next to the weights, with a
+    `config.json` that also maps `AutoModelForZeroShotImageClassification` to the class (so that
+    `pipeline("zero-shot-image-classification", model=path, trust_remote_code=True)` works); CLIP's feature functions
+    (`get_text_features`, `get_image_features`, over the model's `text_model` / `text_projection` and `vision_model` /
+    `visual_projection`); and the joint forward pass (`forward`; F-CAST's adds its sigmoid bias) and what it is made
+    of: `encode_pair` (both towers through the model's `get_image_features` / `get_text_features`, L2-normalised) and
+    `pair_output` (logits scaled by the model's `logit_scale`)."""
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        self.config.auto_map = {
-            **(getattr(self.config, "auto_map", None) or {}),
-            "AutoModelForZeroShotImageClassification": f"{type(self).__module__.split('.')[-1]}.{type(self).__name__}",
-        }
-        return super().save_pretrained(save_directory, *args, **kwargs)
+    def _auto_classes_also_loading(self) -> dict[str, type]:
+        return {**super()._auto_classes_also_loading(), "AutoModelForZeroShotImageClassification": type(self)}
+
+    #: CLIP's own: the text tower's outputs with `pooler_output` the projected end-of-text embedding (no image)
+    get_text_features = CLIPModel.get_text_features
+
+    def get_image_features(
+        self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False, **kwargs: Unpack[TransformersKwargs]
+    ) -> BaseModelOutputWithPooling:
+        r"""
+        CLIP's `get_image_features` after `check_pixel_values`: the vision tower's outputs, with `pooler_output` the
+        projected [CLS] embedding.
+
+        Args:
+            pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
+                The images, as the model's processor normalises them.
+            interpolate_pos_encoding (`bool`, *optional*, defaults to `False`):
+                Whether to interpolate the pre-trained position encodings (images of another size).
+
+        Returns:
+            [`~modeling_outputs.BaseModelOutputWithPooling`] (a tuple with `return_dict=False`).
+        """
+        check_pixel_values(pixel_values)
+        return CLIPModel.get_image_features(self, pixel_values, interpolate_pos_encoding, **kwargs)
 
     @can_return_tuple
     def forward(
@@ -89,11 +110,27 @@ class DualEncoderMixin(CodeBundleMixin):
         position_ids: torch.LongTensor | None = None,
         return_loss: bool | None = None,
         interpolate_pos_encoding: bool = False,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> DualEncoderOutput:
         r"""
-        return_loss (`bool`, *optional*):
-            Whether to return CLIP's symmetric InfoNCE over this batch (text i matching image i, no gather).
+        Both towers on a batch of texts and images: their embeddings, L2-normalised, and CLIP's scaled cosine logits.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                Token ids, as the model's processor gives them (each text with its end-of-text token).
+            pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
+                The images, as the model's processor normalises them.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 for real tokens, 0 for padding.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Position of each token (defaults to 0, 1, ...).
+            return_loss (`bool`, *optional*):
+                Whether to return CLIP's symmetric InfoNCE over this batch (text i matching image i, no gather).
+            interpolate_pos_encoding (`bool`, *optional*, defaults to `False`):
+                Whether to interpolate the vision tower's pre-trained position encodings (images of another size).
+
+        Returns:
+            [`DualEncoderOutput`] (a tuple with `return_dict=False`).
         """
         if input_ids.shape[0] == 0 or pixel_values.shape[0] == 0:
             raise ValueError("the batch is empty: pass at least one text and one image (a non-empty batch)")
@@ -103,7 +140,7 @@ class DualEncoderMixin(CodeBundleMixin):
         return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, return_loss)
 
     def encode_pair(self, input_ids, pixel_values, attention_mask=None, position_ids=None,
-                    interpolate_pos_encoding: bool = False, **kwargs):
+                    interpolate_pos_encoding: bool = False, **kwargs: Unpack[TransformersKwargs]):
         """Both towers: (vision outputs, text outputs, L2-normalised image embeds, L2-normalised text embeds)."""
         vision_outputs = self.get_image_features(
             pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs

@@ -344,27 +344,14 @@ def source_info(format: str) -> SourceInfo | None:
 
 def save_converted(model, processor, output_dir: str | Path) -> Path:
     """Write a converted model (and its processor) to `output_dir` as a checkpoint that loads with `AutoModel` /
-    `AutoProcessor` (`trust_remote_code=True` for the library's classes). The text tower alone, for a diffusers
-    pipeline: `hf_longclip.integrations.diffusion.save_text_encoder`."""
+    `AutoProcessor` (`trust_remote_code=True` for the library's classes; a model with a head, such as CAST's
+    classifier, also with `AutoModel`, which gives its backbone: see `CodeBundleMixin.saved_auto_map`). The text
+    tower alone, for a diffusers pipeline: `hf_longclip.integrations.diffusion.save_text_encoder`."""
     output_dir = Path(output_dir)
-    _map_base_model(model)
     model.save_pretrained(output_dir)
     if processor is not None:
         processor.save_pretrained(output_dir)
     return output_dir
-
-
-def _map_base_model(model) -> None:
-    """A model with a head (e.g. CAST's classifier) also loads with `AutoModel`, as transformers' own checkpoints
-    do: its backbone class (under `base_model_prefix`, registered for `AutoModel`) goes into the config's `auto_map`
-    beside the head class's own entry, which `save_pretrained` adds."""
-    base = getattr(model, model.base_model_prefix, None)
-    base_class = type(base)
-    if base is None or base is model or getattr(base_class, "_auto_class", None) != "AutoModel":
-        return
-    module = base_class.__module__.rsplit(".", 1)[-1]
-    model.config.auto_map = {**(getattr(model.config, "auto_map", None) or {}),
-                             "AutoModel": f"{module}.{base_class.__name__}"}
 
 
 def released_model_names(model=None, checkpoint: str | Path | None = None) -> set[str]:
@@ -394,12 +381,13 @@ def _model_index(results: list[ReportedResult], paper: str):
 
 
 def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False, model=None,
-                    checkpoint: str | Path | None = None):
+                    checkpoint: str | Path | None = None, output_dir: str | Path | None = None):
     """The model card of a converted checkpoint: the source's method, paper, license and origin, what was
     converted and the verified parity, and the authors' results marked as reported. The figures of the released
     model this conversion is (`model`'s backbone or the `checkpoint` file's name, see `released_model_names`) also
     go into the card's `model-index` metadata (reported, unverified), which the Hub shows; a text tower alone
-    carries none there."""
+    carries none there. With `output_dir`, the folder the conversion was saved in, the card names the Auto classes
+    its `config.json` maps to the checkpoint's own code (`auto_map`)."""
     from huggingface_hub import ModelCard, ModelCardData
 
     info = source_info(format)
@@ -421,7 +409,9 @@ def conversion_card(format: str, repo_id: str, text_encoder_only: bool = False, 
         f"weights within {info.tolerance} (float32), on {info.checked} (verified on random weights saved in the "
         f"released format; see hf-longclip's {info.test_file}).\n\n"
     )
-    auto_map = getattr(getattr(model, "config", None), "auto_map", None) or {}
+    auto_map = {}
+    if output_dir is not None and (Path(output_dir) / "config.json").is_file():
+        auto_map = json.loads((Path(output_dir) / "config.json").read_text()).get("auto_map") or {}
     loaders = [f"`{name}` ({target.rsplit('.', 1)[-1]})" for name, target in sorted(auto_map.items(), reverse=True)
                if name.startswith("AutoModel")]
     if loaders:

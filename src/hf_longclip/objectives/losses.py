@@ -8,26 +8,45 @@ from transformers.utils import is_tracing
 
 from hf_longclip.modeling_common.dual_encoder import pairwise_sigmoid_loss
 
+# The process group whose batch sizes were found equal, and the local row counts checked in it (`_check_equal_rows`)
+_agreed: dict = {"group": None, "rows": set()}
+
+
+def _check_equal_rows(tensor: torch.Tensor) -> None:
+    """Raise a ValueError unless every process gathers as many rows as this one: the sizes are exchanged and read on
+    the host (a synchronisation) the first time this process gathers `tensor.shape[0]` rows in the current process
+    group (the first step, or a new batch size, on every process at once), and trusted afterwards, as in a compiled
+    step: the loop gives every process equal batches (`drop_last`, accelerate's even batches). A process whose batch
+    size alone changed to one already checked would not be caught (the others' sizes are not read again)."""
+    group = dist.group.WORLD
+    if _agreed["group"] is not group:  # a new process group (kept referenced: its id is not reused meanwhile)
+        _agreed.update(group=group, rows=set())
+    key = (tensor.device, tensor.shape[0])
+    if key in _agreed["rows"]:
+        return
+    sizes = [torch.zeros(1, dtype=torch.long, device=tensor.device) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, torch.tensor([tensor.shape[0]], device=tensor.device))
+    sizes = [int(s) for s in sizes]
+    if len(set(sizes)) != 1:
+        raise ValueError(f"every process must contribute the same batch size to the contrastive loss, got {sizes}")
+    _agreed["rows"].add(key)
+
 
 def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     """All-gather rows across processes keeping autograd; returns the global tensor and this rank's row offset.
 
     `torch.distributed.nn.functional.all_gather` back-propagates into every shard (accelerate's `gather` does not).
     Every process must contribute the same number of rows; in eager mode a mismatch is an error, not a silent
-    misalignment (the sizes are exchanged and read on the host); in a compiled step that check, a host read, is
-    left out: the training loop gives every process equal batches.
+    misalignment: the sizes are exchanged and read on the host once per batch size (`_check_equal_rows`), so that
+    the steps after the first do not wait for the device; in a compiled step that check, a host read, is left out:
+    the training loop gives every process equal batches.
     """
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return tensor, 0
     from torch.distributed.nn.functional import all_gather
 
     if not is_tracing(tensor):
-        sizes = [torch.zeros(1, dtype=torch.long, device=tensor.device) for _ in range(dist.get_world_size())]
-        dist.all_gather(sizes, torch.tensor([tensor.shape[0]], device=tensor.device))
-        sizes = [int(s) for s in sizes]
-        if len(set(sizes)) != 1:
-            raise ValueError(f"every process must contribute the same batch size to the contrastive loss, got "
-                             f"{sizes}")
+        _check_equal_rows(tensor)
     return torch.cat(all_gather(tensor)), dist.get_rank() * tensor.shape[0]
 
 

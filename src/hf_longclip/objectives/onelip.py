@@ -1,6 +1,8 @@
 """OneLIP's objective (Pan et al., "Unlocking and Improving Long-Text Representations of CLIP via One-Stage
 Adaptation"): TRIM-Select (Eq. 4-5), TRIM-Refine (Eq. 6), L_coarse (Eq. 3), token-wise distillation (Eq. 7) and
-the contrastive loss (Eq. 1), weighted by Eq. 10 with Sec. 4.1's step schedule.
+the contrastive loss (Eq. 1), weighted by Eq. 10 with Sec. 4.1's step schedule. TRIM-Select and TRIM-Refine run in
+`OneLIPForPreTraining.forward` (`hf_longclip.models.onelip.modeling_onelip`; TRIM-Select's functions are re-exported
+here), with the options `OneLIPLoss.token_selection()` gives; the loss terms are computed here.
 
 Choices where the paper is silent:
 
@@ -43,103 +45,18 @@ from torch import nn
 from transformers.utils import is_tracing
 
 from hf_longclip.modeling_common.dual_encoder import check_on_device
+from hf_longclip.models.onelip.modeling_onelip import (  # noqa: F401 (TRIM-Select, re-exported)
+    TRIM_DECOMPOSITIONS,
+    orthonormal_columns,
+    raise_on_non_finite,
+    select_tokens,
+    top_right_singular_vectors,
+    trim_scores,
+    trim_select,
+)
 from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_rows_with_grad
 
 _EPS = 1e-8
-
-
-def _min_max(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Each row rescaled to [0, 1] over its valid entries (0 where the row is constant or invalid)."""
-    low = scores.masked_fill(~valid, float("inf")).amin(dim=-1, keepdim=True)
-    high = scores.masked_fill(~valid, float("-inf")).amax(dim=-1, keepdim=True)
-    scaled = (scores - low) / (high - low).clamp_min(_EPS)
-    return scaled.masked_fill(~valid, 0.0)
-
-
-TRIM_DECOMPOSITIONS = ("auto", "exact", "subspace")
-
-
-def orthonormal_columns(matrix: torch.Tensor) -> torch.Tensor:
-    """An orthonormal basis of the column space of each (n, k) matrix of a batch (the Q of a thin QR, columns up to
-    sign): classical Gram-Schmidt, each column projected off those before it three times (twice is as stable as
-    Householder QR for a full-rank matrix; the third pass keeps the columns orthonormal when the matrix is
-    rank-deficient, where a column's remainder is rounding noise), k steps of batched products whatever the batch
-    size, where a batched QR on a GPU may run one solver call per matrix."""
-    columns = []
-    for column in matrix.unbind(-1):
-        for _ in range(3 if columns else 0):
-            basis = torch.stack(columns, dim=-1)
-            column = column - (basis @ (basis.mT @ column[..., None]))[..., 0]
-        columns.append(F.normalize(column, dim=-1, eps=_EPS))
-    return torch.stack(columns, dim=-1)
-
-
-def top_right_singular_vectors(matrix: torch.Tensor, rank: int, decomposition: str = "auto",
-                               iterations: int = 4, oversampling: int = 8) -> torch.Tensor:
-    """The top `rank` right singular vectors of each (L, d) matrix of `matrix` (B, L, d), as columns (B, d, r),
-    largest singular value first.
-
-    "exact": the top eigenvectors of the d x d Gram matrix Z^T Z from one float64 `eigh` per text. "subspace":
-    subspace iteration in float32 (Halko et al. 2011, Alg. 4.4 on the Gram matrix): r + `oversampling` columns,
-    `iterations` Gram products each orthonormalised (`orthonormal_columns`, batched), then Rayleigh-Ritz, an `eigh` of a (r + 8)-square matrix;
-    its error falls as (sigma_{r+9} / sigma_r)^(2 x iterations). Batched `eigh` is slow on GPUs (1.1 s of a 1.4 s
-    ViT-B/16 step at batch 256 on an H100, float64), subspace iteration is matrix products (54 ms there).
-    "auto": exact on CPU, subspace on other devices. Columns are defined up to sign, which I(i) ignores."""
-    if decomposition == "auto":
-        decomposition = "exact" if matrix.device.type == "cpu" else "subspace"
-    width = matrix.shape[-1]
-    r = min(rank, *matrix.shape[1:])
-    if decomposition == "exact":
-        matrix = matrix.double()
-        return torch.linalg.eigh(matrix.mT @ matrix).eigenvectors[..., -r:].flip(-1)  # eigenvalues ascending
-    if decomposition != "subspace":
-        raise ValueError(f"decomposition must be one of {TRIM_DECOMPOSITIONS}, got {decomposition!r}")
-    gram = matrix.float().mT @ matrix.float()
-    columns = min(width, r + oversampling)
-    start = torch.randn(width, columns, generator=torch.Generator().manual_seed(0)).to(gram.device)
-    basis = start.expand(gram.shape[0], -1, -1)
-    for _ in range(iterations):
-        basis = orthonormal_columns(gram @ basis)
-    ritz = torch.linalg.eigh(basis.mT @ gram @ basis).eigenvectors[..., -r:].flip(-1)
-    return basis @ ritz
-
-
-@torch.no_grad()
-def trim_scores(
-    states: torch.Tensor, token_embeds: torch.Tensor, image_embeds: torch.Tensor, valid: torch.Tensor,
-    rank: int, alpha: float, decomposition: str = "auto",
-) -> torch.Tensor:
-    """S(i) = (1 - alpha) I(i) + alpha A(i) (Eq. 5) for every token, -inf at invalid ones.
-
-    I(i) = sum_{j<=r} |U_ij| sigma_j (Eq. 4) over the SVD Z = U Sigma V^T of each text's valid token states (padding
-    rows are zeroed, which leaves the singular triplets of the valid rows unchanged and gives padding I = 0); A(i) the
-    cosine of `token_embeds[i]` (the projected token state) with `image_embeds`. Both min-max scaled per text.
-    `states` (B, L, d), `token_embeds` (B, L, P), `image_embeds` (B, P), `valid` (B, L) bool.
-
-    Computed without a batched SVD: U_ij sigma_j = z_i . v_j, so I(i) = sum_{j<=r} |z_i . v_j| with the top r right
-    singular vectors v_j (`top_right_singular_vectors`, `decomposition` "exact", "subspace" or "auto"). The same
-    numbers as the SVD (tested, to float32 rounding) from a d x d instead of an L x d decomposition: on 2 CPU
-    threads shared with other jobs the batched SVD took 23 of a 27 s OneLIP step (batch 64, 248 tokens, width 128)
-    and the exact form 0.2 s.
-    """
-    matrix = states.float().masked_fill(~valid[..., None], 0.0)
-    vectors = top_right_singular_vectors(matrix, rank, decomposition)
-    importance = (matrix.to(vectors.dtype) @ vectors).abs().sum(dim=-1).float()
-    relevance = (F.normalize(token_embeds.float(), dim=-1) * F.normalize(image_embeds.float(), dim=-1)[:, None]).sum(-1)
-    scores = (1 - alpha) * _min_max(importance, valid) + alpha * _min_max(relevance, valid)
-    return scores.masked_fill(~valid, float("-inf"))
-
-
-def trim_select(states: torch.Tensor, scores: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """TRIM-Select's compact sequence Z'_text: the states of the top-K tokens by `scores`, in text order, and which
-    of them are real tokens (False for slots beyond a text's valid tokens when it has fewer than K, and for every
-    slot past the sequence length). Gradient flows to the selected states."""
-    k = min(top_k, scores.shape[1])
-    top = scores.topk(k, dim=1)
-    order = top.indices.argsort(dim=1)
-    indices, kept = top.indices.gather(1, order), torch.isfinite(top.values.gather(1, order))
-    selected = states.gather(1, indices[..., None].expand(-1, -1, states.shape[-1]))
-    return selected, kept
 
 
 def coarse_loss(states: torch.Tensor, teacher_states: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -168,13 +85,6 @@ def token_wise_loss(aggregated: torch.Tensor, teacher_states: torch.Tensor, vali
     return (distance.sum(dim=1) / valid.sum(dim=1).clamp_min(1)).mean()
 
 
-def _raise_on_non_finite(inputs: dict) -> None:
-    """A ValueError naming the `inputs` (name -> tensor or None) that hold NaN or inf, if any do."""
-    broken = [name for name, tensor in inputs.items() if tensor is not None and not tensor.isfinite().all()]
-    if broken:
-        raise ValueError(f"OneLIP's loss is not finite: the {', '.join(broken)} contain NaN or inf")
-
-
 class OneLIPLoss(nn.Module):
     """Eq. 10: `{"coarse_loss": lambda_1 L_coarse, "token_loss": lambda_2 L_token-wise, "contrastive_loss":
     lambda_3 (L_i-t + L_t-i)}`, the lambdas being `weights` before optimizer step `switch_step` and `weights_after`
@@ -200,21 +110,15 @@ class OneLIPLoss(nn.Module):
         self.alpha, self.top_k, self.rank = alpha, top_k, rank
         self.weights, self.weights_after, self.switch_step = tuple(weights), tuple(weights_after), switch_step
 
-    def select_tokens(self, text_states: torch.Tensor, token_embeds: torch.Tensor, image_embeds: torch.Tensor,
-                      valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """TRIM-Select (Eq. 4-5) with this objective's alpha, K and r, in float32 with autocast off: the top-K token
-        states by S(i) (`trim_scores`, `trim_select`) and which are real; what
-        `OneLIPForPreTraining.forward(select_tokens=...)` takes. `text_states` (B, L, d), `token_embeds` (B, L, P)
-        the same projected (for A(i)), `image_embeds` (B, P), `valid` (B, L)."""
-        with torch.autocast(device_type=text_states.device.type, enabled=False):
-            states = text_states.float()
-            try:
-                scores = trim_scores(states, token_embeds, image_embeds.float(), valid, self.rank, self.alpha,
-                                     self.decomposition)
-            except torch.linalg.LinAlgError:
-                _raise_on_non_finite({"long text encoder states": text_states, "image embeddings": image_embeds})
-                raise
-            return trim_select(states, scores, self.top_k)
+    def token_selection(self) -> dict:
+        """TRIM-Select's options (Eq. 4-5: K, alpha, r and the decomposition) as the arguments of
+        `OneLIPForPreTraining.forward` that make it select the tokens TRIM-Refine attends over
+        (`hf_longclip.models.onelip.modeling_onelip.select_tokens`); none for "pooled", whose `token_loss` does not
+        use TRIM-Refine's output."""
+        if self.distillation != "trim":
+            return {}
+        return {"trim_top_k": self.top_k, "trim_alpha": self.alpha, "trim_rank": self.rank,
+                "trim_decomposition": self.decomposition}
 
     def loss_weights(self, step: int) -> tuple[float, float, float]:
         """(lambda_1, lambda_2, lambda_3) at optimizer step `step` (0 for the first)."""
@@ -236,7 +140,8 @@ class OneLIPLoss(nn.Module):
         """`image_embeds`, `text_embeds`: (B, P) L2-normalised; `text_states` (B, L, d) the long encoder's token
         states, `valid` (B, L) its valid tokens; `teacher_states` (B, min(L, T_f), d) the base encoder's states on
         the first T_f tokens; `refined_states` (B, L2, d) Z_agg, TRIM-Refine's output (Eq. 6) over the tokens
-        `select_tokens` kept (`OneLIPForPreTraining`'s `refined_text_states`; unused by "pooled").
+        TRIM-Select kept (`OneLIPForPreTraining`'s `refined_text_states` with `token_selection()`'s arguments;
+        unused by "pooled").
 
         PO-HNM (Sec. 3.2): `hard_negative_embeds` (B, M, P), each image's queued negative captions as the frozen
         base encoder embedded them (L2-normalised, no gradient), with `hard_negative_mask` (B, M) marking filled
@@ -294,7 +199,7 @@ class OneLIPLoss(nn.Module):
         }
         finite = torch.isfinite(torch.stack(list(terms.values()))).all()
         if finite.device.type == "cpu" and not is_tracing(finite) and not finite:  # free there: name the culprits
-            _raise_on_non_finite(inputs)
+            raise_on_non_finite(inputs, "OneLIP's loss")
         check_on_device(finite, "OneLIP's loss is not finite: NaN or inf in its inputs (token states, embeddings, "
                                 "logit scale) or in the terms")
         return terms

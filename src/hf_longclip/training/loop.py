@@ -33,7 +33,9 @@ from transformers.integrations import (
     unset_hf_deepspeed_config,
 )
 
+from ..data.caption_files import describe_truncation
 from .arguments import LoopArguments, run_signature
+from .caption_counts import CaptionCountingCollator, add_counts, all_processes, new_counts
 from .checkpoint import (
     ARGUMENTS,
     TASK_FILES,
@@ -47,7 +49,6 @@ from .checkpoint import (
 from .compile import compile_options, compile_step
 from .gradient_cache import cached_backward
 from .optimizer import lock_towers, parameter_groups
-from .streaming import StreamedBatches
 from .task import Task, sum_of_terms
 
 logger = get_logger(__name__)
@@ -214,6 +215,8 @@ def train(
     # the history logs the rate of factor 1 (the scheduler reports the first group's, the largest factor's)
     first_group_factor = groups[0]["lr"] / args.learning_rate if "lr" in groups[0] and args.learning_rate else 1.0
     if args.train_shards:  # streamed: the loader is ours (each process reads its own shards), not accelerate's
+        from .streaming import StreamedBatches  # torchdata, braceexpand: the extra `hf-longclip[shards]`
+
         loader = StreamedBatches(args, task.collate_fn, accelerator)
         if accelerator.distributed_type == DistributedType.DEEPSPEED:  # no loader for accelerate to read it from
             accelerator.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = \
@@ -225,7 +228,7 @@ def train(
             batch_size=args.process_batch_size,
             sampler=EpochShuffleSampler(len(train_dataset), args.seed),
             drop_last=True,  # the contrastive gather needs equal batches on every process
-            collate_fn=task.collate_fn,
+            collate_fn=CaptionCountingCollator(task.collate_fn),  # (batch, the texts its processor cut)
             num_workers=args.dataloader_num_workers,
         )
         model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -252,6 +255,7 @@ def train(
 
     run_dir = Path(args.output_dir) / "checkpoints" / run_name
     step, epoch, batches_done, history, window = 0, 0, 0, [], LossWindow()
+    captions = loader.caption_counts if args.train_shards else new_counts()  # texts cut to the model's length
     signature = run_signature(args, accelerator.num_processes, run_arguments)
     resume = resolve_resume(run_dir, args.resume_from_checkpoint, args.overwrite_output_dir)
     if resume is not None:
@@ -267,6 +271,9 @@ def train(
         window.load_state_dict(process_state["loss_window"])
         if args.train_shards:
             loader.load_state_dict(process_state["data_loader"], epoch)
+            captions = loader.caption_counts
+        else:
+            captions.update(process_state.get("caption_counts", {}))
         logger.info(f"{run_name}: resumed from {resume} at step {step}", main_process_only=True)
     elif run_dir.exists() and accelerator.is_main_process:  # checkpoints only with --overwrite_output_dir
         logger.warning(f"{run_name}: starting afresh, removing {run_dir}")
@@ -285,6 +292,9 @@ def train(
             batches = accelerator.skip_first_batches(loader, batches_done) if batches_done else loader
             batches.set_epoch(epoch)  # accelerate's loaders hand their own epoch count to the sampler at each pass
         for batch in batches:
+            if not args.train_shards:
+                batch, counts = batch
+                add_counts(captions, counts)
             with accelerator.accumulate(model):
                 if args.contrastive_batch_size:
                     terms = cached_backward(task, model, batch, args.per_device_train_batch_size, accelerator,
@@ -314,6 +324,9 @@ def train(
                 if args.train_shards:  # skipped by every process so far
                     corrupt = torch.tensor(loader.corrupt_samples, device=accelerator.device)
                     record["corrupt_samples"] = int(accelerator.reduce(corrupt, reduction="sum").item())
+                cut = all_processes(captions, accelerator)  # every process's, so far
+                if cut["texts"]:
+                    record.update(texts_truncated=cut["truncated"], text_tokens_cut=cut["tokens_cut"])
                 progress.set_postfix(loss=f"{record['loss']:.3f}")
             if eval_dataset is not None and args.eval_steps > 0 and (step % args.eval_steps == 0
                                                                      or step == total_steps):
@@ -327,7 +340,8 @@ def train(
                 state = {"epoch": epoch, "batches_in_epoch": batches_done, "history": history,
                          "run_name": run_name, "total_steps": total_steps, ARGUMENTS: signature}
                 process_state = {"task": task.state_dict(), "loss_window": window.state_dict(),
-                                 **({"data_loader": loader.state_dict()} if args.train_shards else {})}
+                                 **({"data_loader": loader.state_dict()} if args.train_shards else
+                                    {"caption_counts": dict(captions)})}
                 save_checkpoint(accelerator, run_dir, step, state, process_state, args.save_total_limit,
                                 lambda directory: task.save_files(directory, accelerator))
             if step >= total_steps:
@@ -336,6 +350,9 @@ def train(
             if args.train_shards:  # the stream ran out: the next epoch
                 epoch, batches_done = epoch + 1, 0
     progress.close()
+    cut = all_processes(captions, accelerator)
+    if cut["texts"]:  # once per run
+        logger.info(f"{run_name}: {describe_truncation(cut, 'training texts')}", main_process_only=True)
     accelerator.wait_for_everyone()
     return model, history
 

@@ -1,6 +1,6 @@
 """A CAST checkpoint loads with AutoModel / AutoImageProcessor(trust_remote_code=True) where hf_longclip is not
-importable, offline, and gives the same outputs; `modeling/` holds what save_pretrained writes; a missing
-superpixel package is named by transformers' loader."""
+importable, offline, and gives the same outputs; `modeling/` holds what save_pretrained writes; without OpenCV the
+checkpoint still loads and runs on superpixels computed before, and computing them names the packages to install."""
 
 import filecmp
 import json
@@ -99,8 +99,33 @@ def test_checkpoint_loads_and_runs_without_the_library(tmp_path):
         assert filecmp.cmp(tmp_path / "fresh.pt.resaved" / name, REPO / "modeling" / name, shallow=False)
 
 
+WITHOUT_OPENCV = """
+import sys
+sys.modules["hf_longclip"] = None
+{block}
+import numpy as np
+import torch
+from PIL import Image
+from transformers import AutoImageProcessor, AutoModel
+checkpoint = sys.argv[1]
+processor = AutoImageProcessor.from_pretrained(checkpoint, trust_remote_code=True)
+model = AutoModel.from_pretrained(checkpoint, trust_remote_code=True).eval()
+image = Image.open(f"{{checkpoint}}/image.png")
+inputs = processor([image], superpixels=[np.arange(32 * 32).reshape(32, 32) // 64])  # computed before: no OpenCV
+with torch.no_grad():
+    model(**inputs)
+print("loaded and ran")
+processor([image])
+"""
+
+
 def test_missing_superpixel_package_is_named(tmp_path):
     save_checkpoint(tmp_path / "ckpt")
-    result = run_fresh(tmp_path / "ckpt", tmp_path, block=HIDE_OPENCV)
+    result = fresh_process(WITHOUT_OPENCV.format(block=HIDE_OPENCV), str(tmp_path / "ckpt"), tmp_path=tmp_path)
+    assert "loaded and ran" in result.stdout, result.stderr[-4000:]
     assert result.returncode != 0
-    assert "requires the following packages that were not found in your environment: cv2" in result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("ImportError: ") and "CAST's superpixels" in message
+    # the extra, and the packages themselves for a checkpoint's user without hf-longclip
+    assert 'pip install "hf-longclip[cast]"' in message
+    assert "pip install opencv-contrib-python-headless scikit-image" in message

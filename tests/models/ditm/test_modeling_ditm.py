@@ -7,15 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import (
-    CAPTIONS,
-    check_old_training_options_load,
-    random_images,
-    tiny_clip,
-    tiny_himo,
-    tiny_processor,
-    tiny_sub_configs,
-)
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_himo, tiny_processor, tiny_sub_configs
 from helpers.ditm import ditm_processor, tiny_ditm
 from helpers.fresh_process import FRESH_PROCESS_PRELUDE, load_in_fresh_process
 
@@ -120,11 +112,6 @@ def test_task_options_defaults_and_validation():
     for bad in (dict(order_weight=-0.1), dict(margin_scale=0.0)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             DITMTask(model, None, **bad)
-
-
-def test_configs_saved_with_the_objectives_options_still_load(tmp_path):
-    check_old_training_options_load(DITMConfig, dict(margin_scale=4.0, order_weight=0.0), tmp_path,
-                                    model=tiny_ditm(seed=1))
 
 
 def test_logit_scale_is_frozen_and_only_gpo_is_new_in_from_clip():

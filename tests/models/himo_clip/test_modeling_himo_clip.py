@@ -3,16 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import (
-    CAPTIONS,
-    check_old_training_options_load,
-    himo_task,
-    molo_loss,
-    random_images,
-    tiny_clip,
-    tiny_himo,
-    tiny_processor,
-)
+from helpers.builders import CAPTIONS, himo_task, molo_loss, random_images, tiny_clip, tiny_himo, tiny_processor
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
 from hf_longclip.modeling_common import stretch_position_embeddings
@@ -193,12 +184,6 @@ def test_task_rejects_bad_options_naming_them(bad):
     """Each bad option is a ValueError that names the task's argument (as the configuration's check did)."""
     with pytest.raises(ValueError, match=next(iter(bad))):
         himo_task(tiny_himo(), **bad)
-
-
-def test_configs_saved_with_molo_options_still_load(tmp_path):
-    check_old_training_options_load(
-        HiMoCLIPConfig, dict(hide_tau=0.8, molo_lambda=0.5, hide_scope="local", label_smoothing=0.1,
-                             hide_modalities="both", molo_global=False), tmp_path, model=tiny_himo(seed=2))
 
 
 def test_bad_inputs_raise_clear_errors(batch):

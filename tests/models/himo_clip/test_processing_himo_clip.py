@@ -1,7 +1,7 @@
 """HiMoCLIPProcessor: 248-token texts with the end-of-text token kept, images to pixel_values."""
 
 import pytest
-from conftest import CAPTIONS, IMAGE_SIZE, random_images, tiny_processor
+from helpers.builders import CAPTIONS, IMAGE_SIZE, random_images, tiny_processor
 
 from hf_longclip import HiMoCLIPProcessor
 from hf_longclip.data.tokenizer import train_scene_tokenizer

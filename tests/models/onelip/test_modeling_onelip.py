@@ -1,26 +1,19 @@
 """OneLIPModel: NTK-scaled RoPE (Eq. 2, Sec. 4.1) against transformers and a hand formula, RoPE attention against an
 independent complex rotation, any max_length, from_clip, causality, save/load; OneLIPForPreTraining (TRIM-Refine's
-queries in its forward, its checkpoints loading as OneLIPModel without a warning); the task's TRIM options and
-configurations saved with them."""
+queries in its forward, its checkpoints loading as OneLIPModel without a warning); the task's TRIM options."""
 
 import math
 
 import pytest
 import torch
-from conftest import (
-    CAPTIONS,
-    check_old_training_options_load,
-    random_images,
-    tiny_clip,
-    tiny_onelip_processor,
-    tiny_processor,
-)
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor, tiny_processor
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForZeroShotImageClassification, PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
 from hf_longclip import OneLIPConfig, OneLIPForPreTraining, OneLIPModel, OneLIPProcessor
+from hf_longclip.integrations.diffusion import text_encoder_for_diffusion
 from hf_longclip.models.onelip import OneLIPTextConfig, OneLIPTextModel
 from hf_longclip.models.onelip.modeling_onelip import OneLIPAttention, inverse_frequencies
 from hf_longclip.recipes.onelip.task import OneLIPTask
@@ -183,7 +176,7 @@ def test_config_validation():
 ], ids=["trim_alpha", "trim_top_k", "trim_rank", "weights", "weights_after", "weight_switch_step"])
 def test_task_option_validation(bad, name):
     """TRIM's and Eq. 10's options are the task's: each bad one is a ValueError naming it (token_distillation:
-    tests/models/onelip/test_ablation_onelip.py)."""
+    tests/recipes/onelip/test_ablation_onelip.py)."""
     clip = tiny_clip()
     with pytest.raises(ValueError, match=name):
         OneLIPTask(OneLIPForPreTraining.from_clip(clip), None, teacher=clip, **bad)
@@ -199,17 +192,11 @@ def test_task_option_defaults_follow_section_4_1():
                        "token_distillation": "trim", "hard_negatives": None}
 
 
-def test_configs_saved_with_trim_options_still_load(tmp_path):
-    options = dict(trim_alpha=0.3, trim_top_k=50, trim_rank=4, trim_decomposition="exact", coarse_weight=0.1,
-                   token_weight=0.2, contrastive_weight=0.7, coarse_weight_after=0.05, token_weight_after=0.25,
-                   contrastive_weight_after=0.7, weight_switch_step=10, token_distillation="pooled")
-    check_old_training_options_load(OneLIPConfig, options, tmp_path, model=OneLIPModel.from_clip(tiny_clip()))
-
-
 def test_text_encoder_stands_alone(tmp_path):
-    """The long text encoder saves and reloads on its own (the diffusers hook hands it out), with the same outputs."""
+    """The long text encoder saves and reloads on its own (the diffusers adapter hands it out), with the same
+    outputs."""
     model = OneLIPModel.from_clip(tiny_clip(), max_length=512).eval()
-    encoder = model.diffusion_text_encoder()
+    encoder, _ = text_encoder_for_diffusion(model)
     assert isinstance(encoder, OneLIPTextModel) and encoder.config.max_position_embeddings == 512
     copied, original = encoder.embeddings.token_embedding.weight, model.text_model.embeddings.token_embedding.weight
     assert copied.data_ptr() != original.data_ptr()
@@ -228,9 +215,9 @@ def test_every_parameter_of_the_pretraining_model_takes_part_in_its_forward():
     model = OneLIPForPreTraining.from_clip(clip).train()
     batch = dict(tiny_onelip_processor()(text=CAPTIONS, images=random_images(4), padding="longest"))
     objective = OneLIPTask(model, None, teacher=clip, trim_top_k=3).objective
-    for select in (None, objective.select_tokens):
+    for selection in ({}, objective.token_selection()):  # every valid token, then TRIM-Select's K = 3
         model.zero_grad()
-        out = model(**batch, return_loss=True, select_tokens=select)
+        out = model(**batch, return_loss=True, **selection)
         assert out.refined_text_states.shape == (4, 77, 32)
         (out.loss + out.refined_text_states.square().mean()).backward()
         assert [name for name, param in model.named_parameters() if param.grad is None] == []

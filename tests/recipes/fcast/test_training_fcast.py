@@ -7,10 +7,9 @@ import json
 
 import pytest
 import torch
-from conftest import kill_when_written
 from helpers.fake_hub import FakeHub
 from helpers.hub import TOKEN, hub_env, load_by_repo_id_without_the_library
-from helpers.launch import CONFIGS, accelerate_launch, needs_deepspeed, run, script_env, weights
+from helpers.launch import CONFIGS, accelerate_launch, kill_when_written, needs_deepspeed, run, script_env, weights
 from transformers import AutoModel, AutoProcessor
 
 from hf_longclip import FCASTModel
@@ -32,8 +31,8 @@ def launch(output_dir, launch_args: list[str], *script_args: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", [
     pytest.param(["--num_processes", "1"], id="single"),
-    pytest.param(["--config_file", str(CONFIGS / "zero2.yaml"), "--num_processes", "2"], id="zero2",
-                 marks=needs_deepspeed),
+    # ZeRO-3 only: F-CAST's task registers the pooling's external parameters with DeepSpeed (recipes/fcast/task.py),
+    # a path of its own; ZeRO-2 and DDP are the loop's, tested once in training/test_train_scale.py
     pytest.param(["--config_file", str(CONFIGS / "zero3.yaml"), "--num_processes", "2"], id="zero3",
                  marks=needs_deepspeed),
 ])

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
-from conftest import CAPTIONS, himo_task, random_images, tiny_himo, tiny_processor
+from helpers.builders import CAPTIONS, himo_task, random_images, tiny_himo, tiny_processor
 from helpers.launch import torchrun
 
 from hf_longclip.objectives import contrastive_loss

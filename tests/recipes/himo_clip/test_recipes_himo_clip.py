@@ -5,7 +5,7 @@ graph breaks (the equality with the official forwards: test_released_recipes_him
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CAPTIONS, random_images, tiny_himo, tiny_processor
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 
 from hf_longclip.recipes.himo_clip.task import RECIPES, HiMoCLIPTask
 from hf_longclip.recipes.longclip import FirstSentenceCollator, LongCLIPTask, first_sentence

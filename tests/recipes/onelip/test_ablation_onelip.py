@@ -5,7 +5,7 @@ shared first sentences, hard pairs that differ only after token 77, ties counted
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
 from helpers.onelip import run_objective
 
 from hf_longclip import OneLIPForPreTraining

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 from accelerate import Accelerator
-from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
 from helpers.launch import torchrun
 
 from hf_longclip import OneLIPForPreTraining

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor, tiny_processor
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor, tiny_processor
 from helpers.onelip import handmade_bank, run_objective, unit
 from transformers import CLIPModel
 

@@ -4,9 +4,9 @@ fresh process without the library."""
 
 import torch
 import torch.nn.functional as F
-from conftest import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
-from safetensors.torch import load_file
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
 from helpers.fresh_process import FRESH_PROCESS_PRELUDE, load_in_fresh_process
+from safetensors.torch import load_file
 
 from hf_longclip import OneLIPForPreTraining, OneLIPModel
 from hf_longclip.data.collate import ImageTextCollator

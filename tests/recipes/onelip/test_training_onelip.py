@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import kill_when_written
 from helpers.fake_hub import FakeHub
 from helpers.hub import TOKEN, hub_env
-from helpers.launch import CONFIGS, accelerate_launch, needs_deepspeed, run, script_env, weights
+from helpers.launch import CONFIGS, accelerate_launch, kill_when_written, needs_deepspeed, run, script_env, weights
 from transformers import AutoModel, AutoModelForPreTraining
 
 from hf_longclip import HiMoCLIPModel, OneLIPModel
@@ -176,7 +175,7 @@ POHNM = ["--variants", "table4-pohnm", "--table4_train", "64", "--table4_epochs"
 
 
 @pytest.mark.parametrize(("engine", "processes"), [
-    pytest.param([], 1, id="one-process"),
+    # two processes only: each refreshes its own queues; the one-process resume is the loop's (training/)
     pytest.param(["--config_file", str(CONFIGS / "multi_gpu.yaml")], 2, id="ddp"),
 ])
 def test_killed_pohnm_run_resumes_to_the_queues_and_weights_of_an_uninterrupted_run(engine, processes, datasets_cache,

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 import torch
-from conftest import CAPTIONS, kill_when_written, random_images, tiny_clip, tiny_onelip_processor
-from helpers.launch import accelerate_launch, run, script_env, weights
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
+from helpers.launch import accelerate_launch, kill_when_written, run, script_env, weights
 from torch.nn import MSELoss
 from transformers import CLIPConfig, CLIPModel
 

@@ -34,9 +34,11 @@ Schema (the one of :mod:`hf_longclip.data.synthetic`; a benchmark only has the c
 - ``label`` (``ClassLabel``): the class of an image-folder image (``imagefolder``; zero-shot classification with the
   protocol's ``Benchmark.templates``).
 
-Images are verified when loading (opened and fully decoded), so a missing, truncated or corrupt file drops its record
-(logged with its path through :mod:`logging`, counted in ``num_skipped`` and listed in ``skipped_paths``) and never
-fails later. A missing data directory, annotation file or image directory raises ``FileNotFoundError`` naming the
+Images are verified when loading (fully decoded by :func:`hf_longclip.data.image_files.decode_image`: EXIF
+orientation, first frame, the pixel limit), so a missing, empty, truncated, too large or corrupt file drops its record
+(logged with its path through :mod:`logging`, counted in ``num_skipped``, by reason in ``skipped`` and listed in
+``skipped_paths``) and never fails later; under the ``error`` policy (``HF_LONGCLIP_BAD_SAMPLES=error``) the first
+one raises ``ValueError`` naming the file and the record. A missing data directory, annotation file or image directory raises ``FileNotFoundError`` naming the
 expected path and format, as does a benchmark none of whose images exist (a wrong image root); a malformed record
 raises ``ValueError`` naming the file and the record.
 

@@ -55,7 +55,8 @@ def _image_folder(protocol: str, templates: Sequence[str], data_dir: PathLike, s
     records = []
     for label, folder in enumerate(folders):
         for file in sorted((images / folder).iterdir()):
-            if file.is_file() and file.suffix.lower() in IMAGE_SUFFIXES:
+            # a broken link is kept: counted as a missing file, not left out unseen
+            if (file.is_file() or file.is_symlink()) and file.suffix.lower() in IMAGE_SUFFIXES:
                 records.append(_Record((file,), {"id": f"{folder}/{file.name}", "label": label}))
     if not records:
         raise FileNotFoundError(f"{what}: no image files ({', '.join(sorted(IMAGE_SUFFIXES))}) in the class folders "

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-from PIL import Image
 
 from ...modeling_common.text import split_sentences
+from ..image_files import MISSING, SkippedSamples, UnreadableImage, decode_image
 from .registry import BENCHMARKS, Benchmark, PathLike
 
 logger = logging.getLogger(__name__)
@@ -147,15 +147,14 @@ def _caption_row(record_id: str, caption: str, **extra) -> dict[str, Any]:
     return {"id": record_id, "caption": caption, "sentences": split_sentences(caption), **extra}
 
 
-def _check_image(path: Path) -> str | None:
-    """None if the file opens and fully decodes as an image, else why not ("missing" when it does not exist)."""
+def _check_image(path: Path) -> UnreadableImage | None:
+    """None if the file decodes in full as the library reads images (`data.image_files.decode_image`: EXIF
+    orientation, first frame, the pixel limit), else the UnreadableImage saying why (`reason` "missing file" when it
+    does not exist)."""
     try:
-        with Image.open(path) as image:
-            image.load()
-    except FileNotFoundError:
-        return "missing"
-    except Exception as error:  # PIL raises many types for bad data (OSError, SyntaxError, ValueError, ...)
-        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        decode_image(path)
+    except UnreadableImage as error:
+        return error
     return None
 
 
@@ -165,8 +164,9 @@ def _build(name: str, records: Sequence[_Record], features: datasets.Features, *
     if max_samples is not None and max_samples < 1:
         raise ValueError(f"max_samples must be a positive integer or None, got {max_samples}")
     workers = num_workers or min(8, os.cpu_count() or 1)
-    verdicts: dict[Path, str | None] = {}  # images shared by several records are decoded once
+    verdicts: dict[Path, UnreadableImage | None] = {}  # images shared by several records are decoded once
     rows, skipped_paths, missing = [], [], []
+    skipped = SkippedSamples(what="record", log=logger)  # the policy: skip and count, or error naming the record
     target = len(records) if max_samples is None else max_samples
     start, chunk = 0, max(64, 4 * workers)
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -178,11 +178,10 @@ def _build(name: str, records: Sequence[_Record], features: datasets.Features, *
             for record in batch:
                 bad = [(p, verdicts[p]) for p in record.images if verdicts[p] is not None]
                 if bad:
-                    path, reason = bad[0]
-                    logger.warning("%s: skipping record %s: unreadable image %s (%s)", name,
-                                   record.row.get("id"), path, reason)
+                    path, error = bad[0]
+                    skipped.add(f"{record.row.get('id')} of {name}", error.reason, str(path), error.detail)
                     skipped_paths.append(str(path))
-                    missing.append(reason == "missing")
+                    missing.append(error.reason == MISSING)
                     continue
                 row = dict(record.row)
                 images = [{"path": str(p), "bytes": None} for p in record.images]
@@ -202,7 +201,7 @@ def _build(name: str, records: Sequence[_Record], features: datasets.Features, *
     columns = {column: [row[column] for row in rows] for column in features}  # keeps the columns when empty
     dataset = datasets.Dataset.from_dict(columns, features=features, info=info, split=datasets.NamedSplit(split))
     return Benchmark(name=name, dataset=dataset, num_skipped=len(skipped_paths), split=split, source=str(source),
-                     skipped_paths=skipped_paths)
+                     skipped_paths=skipped_paths, skipped=skipped.summary())
 
 
 def _coco_id(filename: str) -> int | None:

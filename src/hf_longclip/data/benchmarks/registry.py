@@ -35,6 +35,7 @@ class Benchmark:
     split: str | None = None
     source: str = ""  # the annotation file (or directory) the rows were read from
     skipped_paths: list[str] = field(default_factory=list)  # the unreadable image of each skipped record
+    skipped: dict = field(default_factory=dict)  # their count by reason and the first ones (`SkippedSamples.summary`)
     protocol: str = ""  # the protocol (file layout and reading) the rows were read with
     templates: tuple[str, ...] | None = None  # zero-shot prompt templates, for benchmarks with a `label` column
 

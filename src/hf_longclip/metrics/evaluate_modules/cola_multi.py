@@ -12,9 +12,10 @@ attributes are swapped; caption c describes image c. As `ColaMultiObjAcc` in the
 (github.com/arijitray1993/COLA), an example is correct iff each caption scores strictly higher with its own image
 than with the other image: s[0][0] > s[1][0] and s[1][1] > s[0][1] (`direction="text_to_image"`, the default).
 `direction="image_to_text"` asks instead that each image prefer its own caption, and `"group"` both. A tied
-comparison counts 1/2 by default (`tie_rule="fair"`: the chance of winning it when the tie is broken at random,
-the comparisons independent); `"pessimistic"` counts it wrong, as `ColaMultiObjAcc`, `"optimistic"` right.
-Accuracy in percent.
+comparison counts wrong by default (`tie_rule="pessimistic"`, as the strict `>` of `ColaMultiObjAcc`, commit
+1fa52fb: the official numbers); `"fair"` counts it 1/2 (the chance of winning it when the tie is broken at random,
+the comparisons independent), `"optimistic"` right, `"first"` / `"last"` to the image (caption) of lower / higher
+index. Accuracy in percent.
 """
 
 _CITATION = """\
@@ -35,8 +36,9 @@ Args:
         with caption c.
     direction (`str`, *optional*, defaults to `"text_to_image"`): `"text_to_image"` (COLA's metric),
         `"image_to_text"` or `"group"`.
-    tie_rule (`str`, *optional*, defaults to `"fair"`): how tied scores are credited: `"fair"` (the expected
-        credit when ties are broken at random), `"optimistic"` (in the query's favour) or `"pessimistic"` (against).
+    tie_rule (`str`, *optional*, defaults to `"pessimistic"`): how tied scores are credited: `"pessimistic"`
+        (against the query, COLA's strict `>`), `"fair"` (the expected credit when ties are broken at random),
+        `"optimistic"` (in the query's favour), `"first"` / `"last"` (by position).
 Returns:
     accuracy (`float`): percent of examples matched correctly.
     num_samples (`int`): number of examples.
@@ -44,7 +46,7 @@ Returns:
 Examples:
     >>> metric = evaluate.load("cola_multi")
     >>> metric.compute(scores=[[[0.3, 0.2], [0.1, 0.4]], [[0.3, 0.35], [0.1, 0.4]], [[0.3, 0.2], [0.3, 0.4]]])
-    {'accuracy': 83.33333333333334, 'num_samples': 3, 'tie_rule': 'fair'}
+    {'accuracy': 66.66666666666666, 'num_samples': 3, 'tie_rule': 'pessimistic'}
 """
 
 
@@ -61,5 +63,5 @@ class ColaMulti(checked.CheckedMetric):
             reference_urls=["https://arxiv.org/abs/2305.03689", "https://github.com/arijitray1993/COLA"],
         )
 
-    def _compute(self, scores, direction="text_to_image", tie_rule="fair"):
+    def _compute(self, scores, direction="text_to_image", tie_rule="pessimistic"):
         return cola_multi(scores, direction=direction, tie_rule=tie_rule)

@@ -15,12 +15,15 @@ are L2-normalised; a text's radius is its distance to the root (the embedding of
 thresholds evenly spaced between the smallest and largest radius, each image retrieves its most similar text among
 those within the threshold; precision and per-level recall compare the retrieved texts with the image's chains by
 exact string match; d_corr is the mean Kendall tau between the radii of a chain's texts and their levels.
-Ties follow `tie_rule`: by default ("fair") a pair of tied radii counts 0 (in order on a coin toss) and distinct
-texts with one embedding count as one retrieved text, a hit in proportion to its true members; "optimistic" counts
-tied radii as in order, as the code's `kendalltau(radii.argsort(), [1, 2, 3, 4])` does, and "pessimistic" as out
-of order (d_corr_method="tau_b" uses tau-b instead, which counts them as neither). d_corr_image is DITM's variant
-(Jang et al. 2025, Sec. IV-B): the order of the distances to the chain's image, +1 when the most specific text is
-closest, ties treated alike.
+Ties follow `tie_rule`. The default, "first", is the code's (`HCEvaluator.run`, commit ab0166c), which breaks ties
+by position: distinct texts with one embedding (e.g. captions equal up to the token limit) retrieve the first of
+them in pool order (`argmax`), and a pair of tied radii counts as in order (`kendalltau(radii.argsort(), [1, 2, 3,
+4])`, a stable argsort): with it the numbers are the official evaluator's. "fair" is the expectation under random
+tie-breaking (a tied pair of radii counts 0, a group of texts with one embedding is one retrieved text, a hit in
+proportion to its true members); "optimistic" / "pessimistic" count ties in favour / against, "last" breaks them by
+position the other way (d_corr_method="tau_b" uses tau-b instead, which counts tied radii as neither).
+d_corr_image is DITM's variant (Jang et al. 2025, Sec. IV-B): the order of the distances to the chain's image, +1
+when the most specific text is closest, ties treated alike.
 
 One row per chain: the embeddings of its 4 texts, the texts themselves (equal strings are the same text; the
 searched pool is every distinct text of every chain) and the index of its image; the image embeddings and the
@@ -58,8 +61,9 @@ Args:
     d_corr_method (`str`, *optional*, defaults to `"official"`): `"official"` (Kendall's tau over all pairs, as
         the HierarCaps code, tied pairs credited by `tie_rule`) or `"tau_b"` (Kendall's tau-b: a tie counts as
         neither).
-    tie_rule (`str`, *optional*, defaults to `"fair"`): how tied scores are credited: `"fair"` (the expected
-        credit when ties are broken at random), `"optimistic"` (in the query's favour) or `"pessimistic"` (against).
+    tie_rule (`str`, *optional*, defaults to `"first"`): how tied scores are credited: `"first"` (by position, as
+        the HierarCaps code: its numbers), `"fair"` (the expected credit when ties are broken at random),
+        `"optimistic"` (in the query's favour), `"pessimistic"` (against) or `"last"` (by position, reversed).
 Returns:
     precision (`float`), recall (`float`), recall_level_1 .. recall_level_4 (`float`): fractions in [0, 1].
     d_corr (`float`), d_corr_image (`float`): mean Kendall tau in [-1, 1].
@@ -96,7 +100,7 @@ class HierarCaps(checked.CheckedMetric):
         )
 
     def _compute(self, chain_embeds, chain_texts, chain_to_image, image_embeds=None, root_embed=None,
-                 num_thresholds=50, d_corr_method="official", tie_rule="fair"):
+                 num_thresholds=50, d_corr_method="official", tie_rule="first"):
         if image_embeds is None or root_embed is None:
             raise ValueError("image_embeds and root_embed are required: pass them to compute()")
         _, text_embeds, chains = text_pool([[str(t) for t in chain] for chain in chain_texts], chain_embeds)

@@ -13,8 +13,10 @@ segment by segment (HiMo-CLIP, Sec. 4.2). A caption of n sentences is cut into K
 t_k is the concatenation of the first k segments and s_{t_k} its score with the image.
 For K > 3 (Eq. 5) HiMo@K is the Pearson correlation between k = 1..K and s_{t_k}, averaged over images;
 for K = 2 or 3 (Eq. 6) it is the percentage of images whose scores strictly increase; equal scores count by default
-as the chance that random tie-breaking orders them increasingly (`tie_rule="fair"`: 1/2 for two equal scores),
-`"optimistic"` as increasing, `"pessimistic"` as not.
+as the chance that random tie-breaking orders them increasingly (`tie_rule="fair"`: 1/2 for two equal scores;
+HiMo-CLIP's released code computes the Pearson HiMo@K only, so Eq. 6 has no official tie-break),
+`"optimistic"` and `"first"` (in prefix order) as increasing, `"pessimistic"` (Eq. 6 read literally) and `"last"`
+as not.
 """
 
 _CITATION = HIMO_CLIP
@@ -27,7 +29,8 @@ Args:
         every list; by default lists longer than 3 use Pearson, lists of 2 or 3 use accuracy, and a batch
         mixing both raises a ValueError.
     tie_rule (`str`, *optional*, defaults to `"fair"`): how tied scores are credited: `"fair"` (the expected
-        credit when ties are broken at random), `"optimistic"` (in the query's favour) or `"pessimistic"` (against).
+        credit when ties are broken at random), `"optimistic"` (in the query's favour), `"pessimistic"` (against),
+        `"first"` / `"last"` (by index: the lower / higher first).
 Returns:
     himo_at_k (`float`): mean Pearson correlation in [-1, 1], or the percentage of monotonic lists.
     method (`str`): the definition used, `"pearson"` or `"accuracy"`.

@@ -16,7 +16,10 @@ F-CAST (Table 1). Scores are dot products of the embeddings, i.e. cosine similar
 texts; text-to-image: a caption is a hit at K if its image is among its K best-scored images. Tied scores get their
 expected credit under random tie-breaking by default (`tie_rule="fair"`: a positive with g candidates above it and
 t negatives tied with it counts (K - g) / (t + 1), clipped to [0, 1]); `"optimistic"` counts ties as hits,
-`"pessimistic"` as misses. The number of queries with a tie is returned, and embeddings whose rows are mostly
+`"pessimistic"` as misses; `"first"` breaks them by index, the lower first (`torch.argmax` and CUDA top-k: the
+Urban1k, DOCCI and Flickr30k codes of Long-CLIP, HiMo-CLIP and TULIP), `"last"` the higher first
+(`argsort()[-K:]`: their COCO code), candidates in the order given; `hf-longclip eval` applies each benchmark
+protocol's own rule (docs/evaluation.md). The number of queries with a tie is returned, and embeddings whose rows are mostly
 duplicates (a collapsed model) raise a `DegenerateEmbeddingsWarning`. RSUM is the sum of the recalls. Computed over
 chunks of queries, never materialising the full similarity matrix.
 
@@ -43,7 +46,8 @@ Args:
     ks (`tuple` of `int`, *optional*, defaults to `(1, 5, 10)`): the K of Recall@K.
     chunk_size (`int`, *optional*): queries scored at a time; by default as many as fit 2**24 scores.
     tie_rule (`str`, *optional*, defaults to `"fair"`): how tied scores are credited: `"fair"` (the expected
-        credit when ties are broken at random), `"optimistic"` (in the query's favour) or `"pessimistic"` (against).
+        credit when ties are broken at random), `"optimistic"` (in the query's favour), `"pessimistic"` (against),
+        `"first"` / `"last"` (by index: the lower / higher first).
 Returns:
     r1_i2t, r5_i2t, r10_i2t (`float`): image-to-text Recall@K in percent (keys follow `ks`).
     r1_t2i, r5_t2i, r10_t2i (`float`): text-to-image Recall@K in percent.

@@ -13,7 +13,10 @@ the prompt-ensemble embedding of its name (see `hf_longclip.metrics.class_embedd
 an image is classified as the class of highest similarity. Top-k accuracy in percent; an image counts as correct at
 k if its true class is among the k best-scored. A true class with g classes above it and t tied with it counts
 (k - g) / (t + 1), clipped to [0, 1], by default (`tie_rule="fair"`, its chance under random tie-breaking);
-`"optimistic"` counts g < k, `"pessimistic"` g + t < k. k larger than the number of classes is an error.
+`"optimistic"` counts g < k, `"pessimistic"` g + t < k, `"first"` / `"last"` rank tied classes by index (the
+lower / higher first). The fair default is CLIP_benchmark's rule in expectation: its `accuracy` takes
+`logits.topk(5)` on the CPU, which orders tied classes neither way. k larger than the number of classes is an
+error.
 
 One row per image: its embedding and its label; the class embeddings are a keyword argument. Embeddings are stored
 as float32.
@@ -42,7 +45,8 @@ Args:
     ks (`tuple` of `int`, *optional*, defaults to `(1, 5)`): the k of top-k accuracy (each <= num_classes).
     chunk_size (`int`, *optional*, defaults to 4096): images scored at a time.
     tie_rule (`str`, *optional*, defaults to `"fair"`): how tied scores are credited: `"fair"` (the expected
-        credit when ties are broken at random), `"optimistic"` (in the query's favour) or `"pessimistic"` (against).
+        credit when ties are broken at random), `"optimistic"` (in the query's favour), `"pessimistic"` (against),
+        `"first"` / `"last"` (by index: the lower / higher first).
 Returns:
     top1, top5 (`float`): top-k accuracy in percent (keys follow `ks`).
     num_samples (`int`): number of images.

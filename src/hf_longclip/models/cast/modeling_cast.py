@@ -9,6 +9,7 @@ token. The assignments compose into a fine-to-coarse segmentation of the image.
 """
 
 from dataclasses import dataclass
+from typing import Unpack
 
 import torch
 from torch import nn
@@ -17,6 +18,7 @@ from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
 from transformers.models.clip.modeling_clip import CLIPAttention, CLIPEncoderLayer
+from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -120,7 +122,9 @@ class CASTStage(nn.Module):
         self.config = config
         self.layers = nn.ModuleList([CLIPEncoderLayer(config) for _ in range(depth)])
 
-    def forward(self, hidden_states: torch.Tensor, valid: torch.Tensor, **kwargs) -> torch.Tensor:
+    def forward(
+        self, hidden_states: torch.Tensor, valid: torch.Tensor, **kwargs: Unpack[TransformersKwargs]
+    ) -> torch.Tensor:
         keep = torch.cat([valid.new_ones(valid.shape[0], 1), valid], dim=1)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=keep)
         for layer in self.layers:
@@ -190,6 +194,11 @@ def batch_padded_segments(valid: torch.Tensor) -> torch.Tensor:
 
 
 class CASTPreTrainedModel(CodeBundleMixin, PreTrainedModel):
+    """
+    CAST's initialisation (`_init_weights`), attention support and the outputs it can record (hidden states and
+    attentions of the transformer blocks).
+    """
+
     config: CASTVisionConfig
     config_class = CASTVisionConfig
     base_model_prefix = "cast"
@@ -231,13 +240,18 @@ class CASTPreTrainedModel(CodeBundleMixin, PreTrainedModel):
 
 
 class CASTVisionModel(CASTPreTrainedModel):
-    """CAST: superpixel tokens and [CLS] through `len(depths)` stages of transformer blocks with graph pooling
-    between them. `pooler_output` is the final [CLS] token after the LayerNorm; every stage's segment tokens, the
-    assignment matrices between stages and the padding masks come with the output (see [`CASTVisionOutput`]).
+    """
+    CAST: superpixel tokens and [CLS] through `len(depths)` stages of transformer blocks with graph pooling between
+    them. `pooler_output` is the final [CLS] token after the LayerNorm; every stage's segment tokens, the assignment
+    matrices between stages and the padding masks come with the output (see [`CASTVisionOutput`]).
 
     `superpixels` (B, H, W) are the image processor's label maps, ids in [0, num_segments) (ids without pixels are
     padding); an id outside that range is an error (ValueError on CPU; on an accelerator a device-side assertion,
-    which costs no synchronisation)."""
+    which costs no synchronisation).
+
+    Args:
+        config ([`CASTVisionConfig`]): the model's configuration.
+    """
 
     def __init__(self, config: CASTVisionConfig):
         super().__init__(config)
@@ -280,11 +294,22 @@ class CASTVisionModel(CASTPreTrainedModel):
     @merge_with_config_defaults
     @capture_outputs(tie_last_hidden_states=False)
     def forward(
-        self, pixel_values: torch.FloatTensor | None = None, superpixels: torch.LongTensor | None = None, **kwargs
+        self,
+        pixel_values: torch.FloatTensor | None = None,
+        superpixels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> CASTVisionOutput:
         r"""
-        superpixels (`torch.LongTensor` of shape `(batch, height, width)`):
-            Superpixel id of every pixel, from [`CASTImageProcessor`].
+        The image's [CLS] and segment tokens through the stages, and the segmentation they compose.
+
+        Args:
+            pixel_values (`torch.FloatTensor` of shape `(batch, num_channels, height, width)`):
+                The images, as [`CASTImageProcessor`] normalises them.
+            superpixels (`torch.LongTensor` of shape `(batch, height, width)`):
+                Superpixel id of every pixel, from [`CASTImageProcessor`].
+
+        Returns:
+            [`CASTVisionOutput`] (a tuple with `return_dict=False`).
         """
         if pixel_values is None:
             raise ValueError("You have to specify pixel_values")
@@ -312,8 +337,14 @@ class CASTVisionModel(CASTPreTrainedModel):
 
 
 class CASTForImageClassification(CASTPreTrainedModel):
-    """CAST with a linear classifier on the final [CLS] token (CAST's supervised setting); `labels` give the
-    cross-entropy loss."""
+    """
+    CAST with a linear classifier on the final [CLS] token (CAST's supervised setting); `labels` give the
+    cross-entropy loss. Its checkpoints also load with `AutoModel`, which gives the backbone ([`CASTVisionModel`],
+    under `cast.`).
+
+    Args:
+        config ([`CASTVisionConfig`]): the model's configuration (`num_labels` classes).
+    """
 
     def __init__(self, config: CASTVisionConfig):
         super().__init__(config)
@@ -323,14 +354,25 @@ class CASTForImageClassification(CASTPreTrainedModel):
 
     @can_return_tuple
     def forward(
-        self, pixel_values: torch.FloatTensor | None = None, superpixels: torch.LongTensor | None = None,
-        labels: torch.LongTensor | None = None, **kwargs,
+        self,
+        pixel_values: torch.FloatTensor | None = None,
+        superpixels: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> ImageClassifierOutput:
         r"""
-        superpixels (`torch.LongTensor` of shape `(batch, height, width)`):
-            Superpixel id of every pixel, from [`CASTImageProcessor`].
-        labels (`torch.LongTensor` of shape `(batch,)`, *optional*):
-            Class indices for the cross-entropy loss.
+        Class logits of the images' final [CLS] token.
+
+        Args:
+            pixel_values (`torch.FloatTensor` of shape `(batch, num_channels, height, width)`):
+                The images, as [`CASTImageProcessor`] normalises them.
+            superpixels (`torch.LongTensor` of shape `(batch, height, width)`):
+                Superpixel id of every pixel, from [`CASTImageProcessor`].
+            labels (`torch.LongTensor` of shape `(batch,)`, *optional*):
+                Class indices for the cross-entropy loss.
+
+        Returns:
+            [`~modeling_outputs.ImageClassifierOutput`] (a tuple with `return_dict=False`).
         """
         outputs = self.cast(pixel_values, superpixels, **kwargs)
         logits = self.classifier(outputs.pooler_output)

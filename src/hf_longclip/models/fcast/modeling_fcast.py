@@ -19,6 +19,7 @@ the two-level one is the task's.
 """
 
 from dataclasses import dataclass
+from typing import Unpack
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +29,7 @@ from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.models.clip.modeling_clip import CLIPEncoderLayer
+from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple
 
 from hf_longclip.modeling_common.dual_encoder import (
@@ -119,7 +121,7 @@ class FCASTTextStage2(nn.Module):
         self.layers = nn.ModuleList([CLIPEncoderLayer(config) for _ in range(config.num_stage2_layers)])
         self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
-    def forward(self, chunk_embeds: torch.Tensor, **kwargs) -> torch.Tensor:
+    def forward(self, chunk_embeds: torch.Tensor, **kwargs: Unpack[TransformersKwargs]) -> torch.Tensor:
         cls = self.cls_token.expand(chunk_embeds.shape[0], -1, -1).to(chunk_embeds.dtype)
         hidden_states = torch.cat([cls, chunk_embeds], dim=1)
         hidden_states = hidden_states + self.position_embedding.weight[: hidden_states.shape[1]]
@@ -153,6 +155,11 @@ def patch_labels(batch: int, height: int, width: int, patch_size: int, device=No
 
 
 class FCASTPreTrainedModel(PreTrainedModel):
+    """
+    F-CAST's initialisation (`_init_weights`: CLIP's text and CAST's vision ones and F-CAST's own parts) and
+    attention support.
+    """
+
     config: FCASTConfig
     config_class = FCASTConfig
     base_model_prefix = "fcast"
@@ -202,14 +209,19 @@ class FCASTPreTrainedModel(PreTrainedModel):
 
 
 class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
-    """F-CAST: CAST vision tower, hierarchical text encoder, projections to `projection_dim`, the text-grounded
+    """
+    F-CAST: CAST vision tower, hierarchical text encoder, projections to `projection_dim`, the text-grounded
     attention pooling (Eq. 6) and the learnable temperatures and biases of both levels (shape (1,): DeepSpeed
     rejects 0-dim parameters; `logit_scale`/`logit_bias` are the whole level's, used for inference logits and by
     FLAIR's loss). `forward(return_loss=True)` returns SigLIP's sigmoid loss of the whole level over the given local
     batch (Eq. 8 without gather); the two-level objective is `FCASTTask`'s.
 
     Texts are `input_ids` (batch, chunks, tokens) from [`FCASTProcessor`]; (batch, tokens) is taken as one chunk per
-    caption (a short label, e.g. in the zero-shot pipeline). Images are `pixel_values` with `superpixels`."""
+    caption (a short label, e.g. in the zero-shot pipeline). Images are `pixel_values` with `superpixels`.
+
+    Args:
+        config ([`FCASTConfig`]): the model's configuration.
+    """
 
     def __init__(self, config: FCASTConfig):
         super().__init__(config)
@@ -254,11 +266,30 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         return input_ids, attention_mask
 
     @can_return_tuple
-    def get_text_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                          position_ids: torch.Tensor | None = None, **kwargs) -> FCASTTextOutput:
-        """Eq. 1-3: every chunk through stage 1 as one packed batch, the adapter, stage 2 over the first N chunks;
+    def get_text_features(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> FCASTTextOutput:
+        r"""
+        Eq. 1-3: every chunk through stage 1 as one packed batch, the adapter, stage 2 over the first N chunks;
         `pooler_output` is the projected t^long, `sub_caption_embeds` the projected t^sub of every chunk. The flat
-        text encoder stops after stage 1: its `pooler_output` is the first chunk's (the caption itself, N = 1)."""
+        text encoder stops after stage 1: its `pooler_output` is the first chunk's (the caption itself, N = 1).
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, num_chunks, sequence_length)`):
+                Each caption's chunks, as [`FCASTProcessor`] gives them; `(batch_size, sequence_length)` is one chunk
+                per caption.
+            attention_mask (`torch.Tensor` of the same shape, *optional*):
+                1 for real tokens, 0 for padding.
+            position_ids (`torch.LongTensor`, *optional*):
+                Stage 1's token positions (defaults to 0, 1, ...).
+
+        Returns:
+            [`FCASTTextOutput`] (a tuple with `return_dict=False`).
+        """
         input_ids, attention_mask = self._chunks(input_ids, attention_mask)
         batch, chunks, length = input_ids.shape
         stage1 = self.text_model(
@@ -276,10 +307,26 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
                                attentions=stage1.attentions)
 
     @can_return_tuple
-    def get_image_features(self, pixel_values: torch.Tensor, superpixels: torch.Tensor | None = None,
-                           **kwargs) -> BaseModelOutputWithPooling:
-        """CAST's outputs (segment tokens, assignments, masks; a ViT's token states, `superpixels` unused);
-        `pooler_output` is the projected final [CLS]."""
+    def get_image_features(
+        self,
+        pixel_values: torch.Tensor,
+        superpixels: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPooling:
+        r"""
+        CAST's outputs (segment tokens, assignments, masks; a ViT's token states, `superpixels` unused);
+        `pooler_output` is the projected final [CLS] (v^coarse).
+
+        Args:
+            pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
+                The images, as [`FCASTProcessor`] normalises them.
+            superpixels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*):
+                Superpixel id of every pixel, from [`FCASTProcessor`] (needed by CAST, unused by a ViT).
+
+        Returns:
+            [`~models.cast.modeling_cast.CASTVisionOutput`] (CAST) or
+            [`~modeling_outputs.BaseModelOutputWithPooling`] (a ViT); a tuple with `return_dict=False`.
+        """
         check_pixel_values(pixel_values)
         if self.config.vision_backbone == "vit":
             outputs = self.vision_model(pixel_values=pixel_values, return_dict=True, **kwargs)
@@ -324,16 +371,38 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         return FCASTGroundingOutput(pooler_output=pooled, segment_attention=attention, pixel_attention=pixels)
 
     @can_return_tuple
-    def forward(self, input_ids: torch.LongTensor | None = None, pixel_values: torch.FloatTensor | None = None,
-                superpixels: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.LongTensor | None = None, return_loss: bool | None = None,
-                **kwargs) -> FCASTOutput:
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
+        superpixels: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        return_loss: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> FCASTOutput:
         r"""
-        superpixels (`torch.LongTensor` of shape `(batch, height, width)`):
-            Superpixel ids of every pixel, from [`FCASTProcessor`] (CAST's image processor).
-        return_loss (`bool`, *optional*):
-            Whether to return the whole level's sigmoid loss over this batch (Eq. 8, image i matching caption i, no
-            gather).
+        Both towers on a batch of captions and images: the whole level's embeddings (t^long and v^coarse,
+        L2-normalised), its scaled and biased logits, and the part level's scale and bias.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, num_chunks, sequence_length)`):
+                Each caption's chunks, as [`FCASTProcessor`] gives them; `(batch_size, sequence_length)` is one chunk
+                per caption.
+            pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
+                The images, as [`FCASTProcessor`] normalises them.
+            superpixels (`torch.LongTensor` of shape `(batch, height, width)`):
+                Superpixel ids of every pixel, from [`FCASTProcessor`] (CAST's image processor).
+            attention_mask (`torch.Tensor` of the same shape as `input_ids`, *optional*):
+                1 for real tokens, 0 for padding.
+            position_ids (`torch.LongTensor`, *optional*):
+                Stage 1's token positions (defaults to 0, 1, ...).
+            return_loss (`bool`, *optional*):
+                Whether to return the whole level's sigmoid loss over this batch (Eq. 8, image i matching caption i,
+                no gather).
+
+        Returns:
+            [`FCASTOutput`] (a tuple with `return_dict=False`).
         """
         if input_ids is None or pixel_values is None:
             raise ValueError("F-CAST's forward needs both input_ids and pixel_values (with superpixels)")

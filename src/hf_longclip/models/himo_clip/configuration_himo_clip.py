@@ -3,11 +3,9 @@
 from transformers import CLIPConfig
 
 from hf_longclip.modeling_common.saving import CodeBundleMixin
-from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin, drop_training_options
+from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin
 
 HIMO_TEXT_POSITIONS = 248  # Long-CLIP stretching of CLIP's 77 positions: 4 * 77 - 3 * 20
-# MoLo/HiDe options that configurations saved before they moved to `HiMoCLIPTask` still carry
-TRAINING_OPTIONS = ("hide_tau", "molo_lambda", "hide_scope", "label_smoothing", "hide_modalities", "molo_global")
 
 
 class HiMoCLIPConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
@@ -33,7 +31,7 @@ class HiMoCLIPConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
             self.text_config = {"max_position_embeddings": HIMO_TEXT_POSITIONS}
         elif isinstance(self.text_config, dict):
             self.text_config.setdefault("max_position_embeddings", HIMO_TEXT_POSITIONS)
-        super().__post_init__(**drop_training_options(kwargs, TRAINING_OPTIONS, "HiMoCLIPTask"))
+        super().__post_init__(**kwargs)
         positions = self.text_config.max_position_embeddings
         if not 0 <= self.frozen_position_rows < positions:
             raise ValueError(f"frozen_position_rows must be in [0, {positions}) (the text positions), "

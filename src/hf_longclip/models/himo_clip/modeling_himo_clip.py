@@ -16,9 +16,14 @@ DEFAULT_CLIP_CHECKPOINT = "openai/clip-vit-large-patch14"
 
 
 class HiMoCLIPModel(CLIPDualEncoder):
-    """CLIP with 248 text positions. `get_text_features`, `get_image_features` and `logits_per_image` are CLIP's
+    """
+    CLIP with 248 text positions. `get_text_features`, `get_image_features` and `logits_per_image` are CLIP's
     (Appendix C.1: no HiDe at inference); `forward(return_loss=True)` returns CLIP's InfoNCE over the given local
-    batch. MoLo (Eq. 4) over the global batch is `HiMoCLIPTask`'s.
+    batch. MoLo (Eq. 4) over the global batch is `HiMoCLIPTask`'s. The first `config.frozen_position_rows` text
+    position rows receive no gradient.
+
+    Args:
+        config ([`HiMoCLIPConfig`]): the model's configuration.
     """
 
     config: HiMoCLIPConfig

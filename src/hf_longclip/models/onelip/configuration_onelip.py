@@ -4,13 +4,9 @@ al., "Unlocking and Improving Long-Text Representations of CLIP via One-Stage Ad
 from transformers import CLIPConfig, CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
 
 from hf_longclip.modeling_common.saving import CodeBundleMixin
-from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin, drop_training_options
+from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin
 
 ONELIP_TEXT_POSITIONS = 248  # the paper's T_g in its main tables (Long-CLIP's length)
-# TRIM's and Eq. 10's options, which configurations saved before they moved to `OneLIPTask` still carry
-TRAINING_OPTIONS = ("trim_alpha", "trim_top_k", "trim_rank", "trim_decomposition", "coarse_weight", "token_weight",
-                    "contrastive_weight", "coarse_weight_after", "token_weight_after", "contrastive_weight_after",
-                    "weight_switch_step", "token_distillation")
 
 
 class OneLIPTextConfig(CLIPTextConfig):
@@ -72,7 +68,7 @@ class OneLIPConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
             self.text_config = self.text_config.to_dict()  # e.g. a CLIPTextConfig: rebuilt with OneLIP's fields
         if isinstance(self.text_config, dict):
             self.text_config = {k: v for k, v in self.text_config.items() if k != "model_type"}
-        super().__post_init__(**drop_training_options(kwargs, TRAINING_OPTIONS, "OneLIPTask"))
+        super().__post_init__(**kwargs)
 
 
 __all__ = ["OneLIPConfig", "OneLIPTextConfig"]

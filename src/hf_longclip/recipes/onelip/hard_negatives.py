@@ -34,6 +34,8 @@ Choices where the paper is silent (each tested):
   scalar quantisation (about 1,024 captions per list, `nprobe` lists searched), whose memory is one byte per
   dimension and whose search cost per query stays flat as the bank grows. A new negative's d_prev is the index's
   score (exact for the flat index, within about 1e-3 for SQ8). The GPU index is used where faiss has GPUs.
+  faiss is the extra `hf-longclip[mining]`: imported when the queues are made, so that a run without it stops
+  before training.
 """
 
 from __future__ import annotations
@@ -42,17 +44,22 @@ import os
 import shutil
 from pathlib import Path
 
-import faiss
 import numpy as np
 import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
+from hf_longclip.modeling_common.optional import require
 from hf_longclip.recipes.onelip.negative_bank import NegativeBank
 
 QUEUE_DTYPE = np.dtype([("index", "<i4"), ("difficulty", "<f2")])  # one stored negative: 6 bytes
 EMPTY = -1  # index of an empty queue slot
 QUEUE_FILE = "queues.bin"
+
+
+def _faiss():
+    """The faiss module (the extra `hf-longclip[mining]`), or ImportError naming it."""
+    return require("faiss", "mining", "faiss-cpu", "OneLIP's PO-HNM mining")
 
 
 def difficulty(image: torch.Tensor, text: torch.Tensor, negatives: torch.Tensor, beta: float) -> torch.Tensor:
@@ -126,6 +133,7 @@ class NegativeIndex:
     """Inner-product nearest neighbours over the bank's caption embeddings (see the module docstring)."""
 
     def __init__(self, bank: NegativeBank, exact_limit: int = 65536, nprobe: int = 16):
+        faiss = _faiss()
         count, dim = len(bank.captions), bank.dim
         if count <= exact_limit:
             index = faiss.IndexFlatIP(dim)
@@ -158,6 +166,7 @@ class HardNegativeQueues:
         if queue_size < 1 or update_steps < 1 or not 0.0 <= beta <= 1.0:
             raise ValueError(f"PO-HNM needs queue_size >= 1, update_steps >= 1 and beta in [0, 1], got "
                              f"{queue_size}, {update_steps}, {beta}")
+        _faiss()  # its index is built on first use: a missing faiss stops the run here, before training
         self.bank, self.queue_size, self.update_steps = bank, queue_size, update_steps
         self.beta, self.theta, self.delta, self.online = beta, theta, delta, online
         self.store = QueueStore(directory, bank.num_samples, queue_size)

@@ -19,8 +19,9 @@ from hf_longclip.training.task import ContrastiveTask
 class OneLIPTask(ContrastiveTask):
     """OneLIP's one-stage training (Eq. 10) of a `OneLIPForPreTraining` (`OneLIPModel` and TRIM-Refine's queries):
     owns the frozen base text encoder (the teacher), the optimizer-step count that selects the loss weights (Sec.
-    4.1's schedule) and, optionally, PO-HNM's per-sample queues. The model's forward runs TRIM-Select (with the
-    objective's options) and TRIM-Refine, so every trained weight takes part in it.
+    4.1's schedule) and, optionally, PO-HNM's per-sample queues. The model's forward runs TRIM-Select, with the
+    objective's options passed as its `trim_*` arguments (`OneLIPLoss.token_selection`), and TRIM-Refine, so every
+    trained weight takes part in it.
 
     The teacher is training state, not part of the model: held here as a plain attribute, it is no submodule of
     the model, so the optimizer, DDP and DeepSpeed never see it, `save_pretrained` never writes it, and its
@@ -121,8 +122,7 @@ class OneLIPTask(ContrastiveTask):
                 input_ids=input_ids[:, : self.base_length],
                 attention_mask=None if attention_mask is None else attention_mask[:, : self.base_length],
             ).last_hidden_state
-        select = self.objective.select_tokens if self.objective.distillation == "trim" else None
-        outputs = model(**inputs, select_tokens=select)
+        outputs = model(**inputs, **self.objective.token_selection())
         return {"image_embeds": outputs.image_embeds, "text_embeds": outputs.text_embeds,
                 "logit_scale": outputs.logit_scale, "text_states": outputs.text_model_output.last_hidden_state,
                 "refined_states": outputs.refined_text_states, "teacher_states": teacher_states}

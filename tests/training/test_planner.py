@@ -1,0 +1,225 @@
+"""The memory planner (`hf_longclip.training.memory`, `hf_longclip.recipes.planner`, `hf-longclip plan`) at the tiny
+size: the step traced on fake tensors, its fit in the batch, ZeRO's sharding, the CLI, and docs/training.md's table
+in step with the planner's JSON. Fast: no training is launched; the agreement with a measured step at real size is
+benchmarks/bench_planner.py's (CPU) and benchmarks/gpu_suite.py's memory check (GPU)."""
+
+import gc
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_longclip import cli
+from hf_longclip.recipes import planner
+from hf_longclip.recipes.planner import (
+    BUILDERS,
+    SIZES,
+    PlanSettings,
+    format_plan,
+    plan_memory,
+)
+from hf_longclip.training.memory import (
+    CATEGORIES,
+    Sharding,
+    StorageLedger,
+    TrainingStep,
+    trace_step_memory,
+)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+TINY = dict(size="tiny", bank_captions=1000, hard_negatives=16)
+
+
+def trace(settings: PlanSettings, batch_sizes=None):
+    return trace_step_memory(lambda: BUILDERS[settings.method](settings, SIZES[settings.size]),
+                             settings.step_options(), batch_sizes or settings.traced_batch_sizes)
+
+
+@pytest.fixture(scope="module")
+def himo_fp32():
+    """One trace of the tiny HiMo-CLIP step in fp32 over 8 processes' gather, at batches 2, 4, 6."""
+    settings = PlanSettings(method="himo", precision="fp32", processes=8, **TINY)
+    return settings, trace(settings, (2, 4, 6))
+
+
+def test_ledger_counts_each_storage_once_while_it_lives():
+    ledger = StorageLedger()
+    activations, gradients = CATEGORIES.index("activations"), CATEGORIES.index("gradients")
+    with ledger:
+        first = torch.zeros(256)  # 1 KiB
+        first[:10].add_(1)  # a view, in place: no new storage
+        second = first * 2
+        ledger.tag([second], "gradients")
+    assert ledger.live[activations] == 1024 and ledger.live[gradients] == 1024
+    del second
+    gc.collect()
+    assert ledger.live[gradients] == 0 and ledger.live[activations] == 1024
+
+
+def test_parts_are_what_adamw_keeps(himo_fp32):
+    """fp32: 4 bytes of weight, 4 of gradient and 8 of AdamW's moments a parameter (plus its step counters),
+    read from the traced step, not typed in."""
+    settings, memory = himo_fp32
+    model = BUILDERS["himo"](settings, SIZES["tiny"]).model
+    trained = [param for param in model.parameters() if param.requires_grad]
+    rest = memory.at_rest()
+    assert rest["weights"] == 4 * sum(param.numel() for param in model.parameters())
+    assert memory.gradients() == 4 * sum(param.numel() for param in trained)
+    assert rest["optimizer"] == 8 * sum(param.numel() for param in trained) + 4 * len(trained)  # + `step` scalars
+    assert memory.parameters == sum(param.numel() for param in model.parameters())
+
+
+def test_sharding_divides_what_zero_shards(himo_fp32):
+    _, memory = himo_fp32
+    plain, rest = memory.at_rest(), memory.gradients()
+    zero2, zero3, ddp = Sharding(2, 8), Sharding(3, 8), Sharding(0, 8)
+    assert memory.at_rest(zero2)["optimizer"] == pytest.approx(plain["optimizer"] / 8)
+    assert memory.at_rest(zero2)["weights"] == plain["weights"]
+    assert memory.gradients(zero2) == pytest.approx(rest / 8)
+    assert memory.at_rest(zero3)["weights"] == pytest.approx(plain["weights"] / 8)
+    assert memory.gradients(ddp) == 2 * rest  # DDP's buckets
+    assert memory.peak(64, zero3) < memory.peak(64, zero2) < memory.peak(64) < memory.peak(64, ddp)
+
+
+@pytest.mark.parametrize("method", ["himo", "ditm"])
+def test_fitted_peak_is_the_traced_peak_at_other_batches(method):
+    """Every operator's bytes fitted in the batch from three traces give, at four times those batches, the peak a
+    trace there finds (exactly: shapes are polynomials of the batch)."""
+    settings = PlanSettings(method=method, processes=4, **TINY)
+    fitted, direct = trace(settings, (2, 4, 6)), trace(settings, (12, 20))
+    assert [fitted.peak(batch) for batch in (12, 20)] == pytest.approx(direct.traced_peaks(), rel=1e-9)
+    assert fitted.live_before(20) == pytest.approx(direct.live_before(20), rel=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["longclip", "onelip", "flair", "fcast"])
+def test_fitted_peak_of_every_method(method):
+    settings = PlanSettings(method=method, processes=2, **TINY)
+    fitted, direct = trace(settings, (2, 4, 6)), trace(settings, (16, 24))
+    assert [fitted.peak(batch) for batch in (16, 24)] == pytest.approx(direct.traced_peaks(), rel=1e-6)
+
+
+def test_gradient_cache_is_fitted_past_its_traces():
+    """Gradient caching's traces differ in length (chunks); the chunk passes and the whole batch's loss are fitted
+    apart, and match a trace at a batch twice the largest traced."""
+    settings = PlanSettings(method="himo", chunk=4, processes=2, **TINY)
+    fitted, direct = trace(settings), trace(settings, (28, 32))
+    assert not fitted.aligned
+    assert [fitted.peak(batch) for batch in (28, 32)] == pytest.approx(direct.traced_peaks(), rel=1e-3)
+    plain = trace(PlanSettings(method="himo", processes=2, **TINY))
+    assert fitted.peak(256) < plain.peak(256) / 4  # memory grows with the chunk, not the batch
+
+
+def test_the_step_traced_is_the_step_run():
+    """The same `TrainingStep` on real tensors (bf16 autocast, gradient checkpointing): its live tensor bytes peak
+    where the fake trace says, to the byte."""
+    settings = PlanSettings(method="himo", gradient_checkpointing=True, target="cpu", **TINY)
+    memory = trace(settings, (2, 3, 4))
+    torch.manual_seed(0)
+    workload = BUILDERS["himo"](settings, SIZES["tiny"])
+    step = TrainingStep(workload, settings.step_options())
+    step(workload.make_batch(2))
+    batch = workload.make_batch(3)
+    ledger = StorageLedger()
+    ledger.tag([list(step.model.parameters()), list(step.model.buffers()), batch,
+                [list(state.values()) for state in step.optimizer.state.values()]], "weights")
+    before = sum(ledger.live)
+    ledger.recording = True
+    with ledger:
+        step(batch)
+    measured = max(sum(event) for event in ledger.events) - before
+    assert measured == pytest.approx(memory.peak(3) - memory.live_before(3), rel=1e-9)
+
+
+def test_checkpointing_lora_and_locking_lower_what_they_should():
+    base = plan_memory(PlanSettings(method="himo", **TINY))
+    checkpointed = plan_memory(PlanSettings(method="himo", gradient_checkpointing=True, **TINY))
+    locked = plan_memory(PlanSettings(method="himo", lock="image", **TINY))
+    lora = plan_memory(PlanSettings(method="himo", lora_r=4, **TINY))
+    assert checkpointed.per_sample < base.per_sample
+    assert locked.trained_parameters < base.trained_parameters and locked.gradients < base.gradients
+    assert lora.trained_parameters < locked.trained_parameters and lora.optimizer < locked.optimizer
+    assert base.trained_parameters == base.parameters
+
+
+def test_onelip_counts_its_teacher_and_queues_as_extra():
+    plan = plan_memory(PlanSettings(method="onelip", **TINY))
+    size = SIZES["tiny"]
+    bank = 1000 * size.projection_dim * 2  # float16 caption embeddings on the device
+    assert plan.extra > bank  # + the frozen teacher's weights
+    without = plan_memory(PlanSettings(method="onelip", **{**TINY, "hard_negatives": 0}))
+    assert plan.extra - without.extra == bank
+
+
+def test_largest_batch_is_the_largest_that_fits(himo_fp32):
+    _, memory = himo_fp32
+    budget = memory.peak(37) + 1
+    assert memory.largest_batch(budget) == 37
+    assert memory.largest_batch(budget, multiple=4) == 36
+    assert memory.largest_batch(memory.peak(1) - 1) == 0
+
+
+def test_settings_refuse_what_the_loop_refuses():
+    with pytest.raises(ValueError, match="ZeRO-3"):
+        PlanSettings(chunk=8, zero_stage=3, processes=8)
+    with pytest.raises(ValueError, match="CAST"):
+        PlanSettings(size="ViT-L/14", method="fcast")
+    with pytest.raises(ValueError, match="unknown size"):
+        PlanSettings(size="ViT-H/14")
+    assert PlanSettings(method="molo").method == "himo"
+
+
+def test_plan_command_prints_every_part_and_writes_json(tmp_path, capsys):
+    output = tmp_path / "plan.json"
+    cli.main(["plan", "--size", "tiny", "--method", "himo", "--zero-stage", "2", "--processes", "8",
+              "--gradient-checkpointing", "--json", str(output)])
+    printed = capsys.readouterr().out
+    for part in ("weights", "gradients", "optimizer state (AdamW)", "objective's extra", "activations per sample",
+                 "largest batch per process", "ZeRO-2 is an assumption", "fragmentation"):
+        assert part in printed, part
+    assert re.search(r" 80 GB \(\s*71\.1 GiB\): \d+ \(\d+ over 8 processes\)", printed)
+    plan = json.loads(output.read_text())
+    assert plan["settings"]["zero_stage"] == 2 and set(plan["largest_batch"]) == {"24", "40", "80", "141"}
+    assert plan["per_sample"] > 0
+
+
+def test_plan_command_reports_a_refused_setting_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["plan", "--size", "ViT-L/14", "--method", "fcast"])
+    assert exit_info.value.code == 2
+    assert "CAST" in capsys.readouterr().err
+
+
+def test_cli_choices_are_the_planners():
+    """`plan --help` imports nothing, so its choices are written out in cli.py: they must be the planner's."""
+    assert cli.PLAN_SIZES == tuple(planner.SIZES)
+    assert cli.PLAN_METHODS == tuple(planner.METHODS)
+
+
+def test_format_plan_says_what_is_assumed():
+    text = format_plan(plan_memory(PlanSettings(method="onelip", processes=2, **TINY)))
+    assert "DDP" in text and "PO-HNM" in text and "attention" in text
+
+
+def test_docs_table_is_the_planners():
+    """docs/training.md's "What fits where" table is `fits_table()` of docs/benchmarks/fits.json, which the planner
+    wrote for the table's settings (regenerate both: `python -m hf_longclip.recipes.planner --write-table`, then
+    paste `--print-table`'s output)."""
+    data = json.loads(planner.TABLE_FILE.read_text())
+    assert data["columns"] == planner.TABLE_SETTINGS
+    assert data["cards_gb"] == list(planner.TABLE_CARDS)
+    expected_rows = [f"{method} {size}" for size in planner.TABLE_SIZES for method in planner.TABLE_METHODS
+                     if not (method == "fcast" and SIZES[size].cast is None)]
+    assert list(data["rows"]) == expected_rows
+    training = (DOCS / "training.md").read_text()
+    assert planner.fits_table(data["rows"]) in training
+
+
+@pytest.mark.slow
+def test_docs_table_rows_are_what_the_planner_gives_today():
+    """One row of the committed table re-traced at full size (ViT-B/16 HiMo-CLIP: about a minute on a CPU)."""
+    data = json.loads(planner.TABLE_FILE.read_text())
+    row = planner.table_plans(sizes=("ViT-B/16",), methods=("himo",))["himo ViT-B/16"]
+    assert row == data["rows"]["himo ViT-B/16"]
