@@ -36,6 +36,7 @@ def graph_breaks() -> dict[str, dict]:
     """{case: {"graphs", "graph_breaks", "reasons"}} of each training case's step (part 1)."""
     sys.path[:0] = [str(TESTS)]
     from accelerate import Accelerator
+
     from helpers.training_cases import CASES
 
     accelerator = Accelerator(cpu=True)

@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 from common import compare
 from PIL import Image
-
 from transformers import CLIPImageProcessor
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel

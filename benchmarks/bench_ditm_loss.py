@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from common import clip_config, compare
 
-from hf_longclip.objectives.losses import contrastive_loss
 from hf_longclip.objectives.ditm import DITMLoss
+from hf_longclip.objectives.losses import contrastive_loss
 
 
 def main() -> None:

@@ -5,7 +5,8 @@ caching (what fits) and against the batch of 1,024 without caching (where it fit
     python benchmarks/bench_gradcache.py [--batch 1024] [--chunk 64] [--text-length 77] [--repeats 3]
 
 CPU at a small width (the main job's model: 128 wide, 2 layers, 64 px images). Memory: the peak resident set size of
-the step (VmHWM, reset just before it) above the resident size before it, each step in a fresh process, so the model, its gradients from earlier
+the step (VmHWM, reset just before it) above the resident size before it, each step in a fresh process, so the model,
+its gradients from earlier
 steps and the batch are not counted. Time: the process's CPU seconds (median), which other jobs on a shared machine do
 not inflate. Expected (GradCache): memory about that of one chunk plus the cached embeddings
 and their gradients; time about 4/3 of the uncached batch of 1,024 (one more forward pass per chunk, a forward being

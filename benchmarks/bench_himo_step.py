@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from common import clip_config, compare, random_batch
 
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
-from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.objectives.himo_clip import MoLoLoss
+from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 
 
 def training_step(task, optimizer, batch) -> None:

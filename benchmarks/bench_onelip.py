@@ -26,8 +26,8 @@ from common import compare, random_batch
 from transformers import CLIPConfig, CLIPModel
 
 from hf_longclip import HiMoCLIPModel, OneLIPForPreTraining
-from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.objectives.onelip import trim_scores
+from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.recipes.onelip.task import OneLIPTask
 
 VIT_B16 = dict(text_width=512, text_layers=12, text_heads=8, vision_width=768, vision_layers=12, vision_heads=12,

@@ -1,6 +1,7 @@
 """ONNX Runtime against PyTorch on the same inputs (issue "Long texts wherever users run text encoders"): the text
 tower on long captions (every one 248 tokens) and the image tower, of the main job's HiMo-CLIP (benchmarks/common.py:
-128 wide, 2 layers, 64 px) exported with `hf_longclip.integrations.onnx.export_onnx`; median seconds per batch, interleaved, and
+128 wide, 2 layers, 64 px) exported with `hf_longclip.integrations.onnx.export_onnx`; median seconds per batch,
+interleaved, and
 the ratio ORT / PyTorch (below 1: ORT faster), with the largest difference between the two outputs.
 
     python benchmarks/bench_onnx.py                # CPU, ~1 min on 2 cores

@@ -7,7 +7,8 @@ queue store of N samples x M negatives (one caption per sample, as ShareGPT4V), 
    initial fill it implies;
 4. one training step's queue work for `--batch_size` samples (all due for refresh, the worst case): read + gather
    of the negatives' bank embeddings, their logits for the loss (Eq. 1's extra denominator terms), refresh
-   (Eq. 8 re-scoring, Eq. 9, mining of the replacements, write); each in ms and against a OneLIP training step of the main job's model size (128 wide) at
+   (Eq. 8 re-scoring, Eq. 9, mining of the replacements, write); each in ms and against a OneLIP training step of the
+   main job's model size (128 wide) at
    the same batch, measured in this process;
 5. peak memory during that queue work: anonymous memory (what the process allocates; in total, and above what it
    held before the queue work: torch, the index) and resident file pages of the memory-mapped bank (page cache,
@@ -30,12 +31,12 @@ import numpy as np
 import psutil
 import torch
 from common import clip_config, compare, random_batch
+from transformers import CLIPModel
 
 from hf_longclip import OneLIPForPreTraining
 from hf_longclip.recipes.onelip.hard_negatives import HardNegativeQueues
 from hf_longclip.recipes.onelip.negative_bank import NegativeBank
 from hf_longclip.recipes.onelip.task import OneLIPTask
-from transformers import CLIPModel
 
 
 class PeakMemory:

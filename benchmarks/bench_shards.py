@@ -3,7 +3,8 @@
 1. samples per second per worker, decoded and preprocessed (CLIP image processing at `--image_size`, tokenised
    captions), streamed from shards (`hf_longclip.data.shards.ShardStream`) against the folder loader (a CSV of image
    files read through `datasets`, the map-style path), both in this process, on the same synthetic scenes;
-2. peak memory (proportional set size of the main process and its data-loader workers) of a training run of `--steps` steps over
+2. peak memory (proportional set size of the main process and its data-loader workers) of a training run of `--steps`
+steps over
    100k and 1M samples in shards (copies of one shard of real scenes, hard-linked under distinct names, so that the
    stream, the shuffle buffer and the manifest really span 100k and 1M samples).
 
@@ -25,8 +26,8 @@ from common import compare
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.shards import MANIFEST, ShardStream, shard_source, write_shards
 from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.recipes.base_clip import base_clip_task
+from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import make_accelerator, train
 from hf_longclip.training.recipe import BackboneArguments
 

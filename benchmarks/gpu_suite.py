@@ -135,14 +135,14 @@ from hf_longclip import (  # noqa: E402
     OneLIPConfig,
     OneLIPForPreTraining,
 )
+from hf_longclip.evaluation.scoring import PAIRS_PER_CHUNK, pooled_scores  # noqa: E402
 from hf_longclip.modeling_common.dual_encoder import end_of_text_positions  # noqa: E402
+from hf_longclip.models.fcast.convert_flair import FLAIR_POOL_HEADS  # noqa: E402
+from hf_longclip.models.fcast.pooling import AttentionPool  # noqa: E402
 from hf_longclip.models.onelip.configuration_onelip import OneLIPTextConfig  # noqa: E402
 from hf_longclip.models.onelip.modeling_onelip import OneLIPTextModel  # noqa: E402
 from hf_longclip.recipes.cast.task import ClassificationTask  # noqa: E402
 from hf_longclip.recipes.ditm.task import DITMTask  # noqa: E402
-from hf_longclip.evaluation.scoring import PAIRS_PER_CHUNK, pooled_scores  # noqa: E402
-from hf_longclip.models.fcast.convert_flair import FLAIR_POOL_HEADS  # noqa: E402
-from hf_longclip.models.fcast.pooling import AttentionPool  # noqa: E402
 from hf_longclip.recipes.fcast.task import FCASTTask  # noqa: E402
 from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask  # noqa: E402
 from hf_longclip.recipes.onelip.task import OneLIPTask  # noqa: E402

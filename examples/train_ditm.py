@@ -59,8 +59,8 @@ from hf_longclip.recipes import (
 from hf_longclip.recipes.ditm import (
     CARD,
     LOSS_NOTES,
-    DITMTask,
     DescriptivenessScorer,
+    DITMTask,
     MultiCaptionCollator,
     add_descriptiveness_column,
     evaluate_hierarchy,

@@ -29,8 +29,8 @@ its object sentences (total variation; a pooling that ignores the text scores 0)
 Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
 `loss_curves.png`, `summary.json` (+ `.png`: --seeds) and `grounding-fcast.png` / `grounding-flair.png` (three
 sub-captions per image, head-averaged attention, F-CAST's and FLAIR's models, Fig. 4 right / Fig. 7). Seeds
-(`--seeds 0,1,2`), resume, LoRA and Hub push of the F-CAST variants (with `hf_longclip/recipes/fcast/model_card.md`) as in
-train_himo.py.
+(`--seeds 0,1,2`), resume, LoRA and Hub push of the F-CAST variants (with `hf_longclip/recipes/fcast/model_card.md`) as
+in train_himo.py.
 """
 
 from dataclasses import dataclass, field
@@ -68,7 +68,6 @@ from hf_longclip.recipes.fcast import (
     train_scene_tokenizer,
     with_superpixels,
 )
-
 
 
 @dataclass(frozen=True)
@@ -117,7 +116,8 @@ class ScriptArguments(BaseArguments):
     num_test: int = field(default=300, metadata={"help": "synthetic test scenes"})
     grounding_images: int = field(default=100, metadata={"help": "test scenes whose object sentences are grounded"})
     dataset_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes"})
-    logit_bias_init: float = field(default=-10.0, metadata={"help": "initial sigmoid bias of every level (Sec. 4.1: -10)"})
+    logit_bias_init: float = field(default=-10.0,
+                                   metadata={"help": "initial sigmoid bias of every level (Sec. 4.1: -10)"})
     init_from_checkpoint: str | None = field(default=None, metadata={
         "help": "an FCASTModel checkpoint with its processor (directory or Hub id: `hf-longclip convert flair` "
                 "output, or a trained F-CAST) to fine-tune instead of models from scratch; --variants must be rows "
@@ -181,8 +181,9 @@ def pretrained_bases(args: ScriptArguments, accelerator, scenes, processor: FCAS
 
         recipe = {"data": scenes["train"]._fingerprint, "towers": towers, "vision": backbone,
                   "sentences": args.base_sentences, "warmup_steps": base_args.warmup_steps}
-        bases[backbone], _ = cached_pretraining(accelerator, args.base_cache_dir, f"fcast-{backbone}", f"base-{backbone}",
-                                                recipe, build_base, short, base_args, label=f"base {backbone}")
+        bases[backbone], _ = cached_pretraining(accelerator, args.base_cache_dir, f"fcast-{backbone}",
+                                                f"base-{backbone}", recipe, build_base, short, base_args,
+                                                label=f"base {backbone}")
     return bases
 
 
@@ -195,7 +196,8 @@ def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Pat
         _, maps = sentence_attention(model, processor, row["image"], subs)
         figure_rows.append((processor.image_processor.crop(row["image"]), [
             (sub, heat.numpy(), box) for sub, heat, box in zip(subs, maps, row["boxes"])]))
-    plot_attention_maps(figure_rows, path, f"{name}: AttnPool attention per sub-caption (white: the named object's box)")
+    plot_attention_maps(figure_rows, path,
+                        f"{name}: AttnPool attention per sub-caption (white: the named object's box)")
 
 
 def evaluate_on_scenes(model, processor: FCASTProcessor, args: ScriptArguments, test, pairs, batch_size: int) -> dict:

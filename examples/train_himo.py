@@ -97,7 +97,8 @@ LOOP_DEFAULTS = dict(output_dir="outputs/himo", num_train_epochs=2.5)
 class ScriptArguments:
     variants: str = field(default="clip-77,clip-248,longclip,himo-clip",
                           metadata={"help": f"comma list of {list(VARIANTS)}"})
-    ablation: str | None = field(default=None, metadata={"help": f"train one ablation's rows instead: {list(ABLATIONS)}"})
+    ablation: str | None = field(default=None,
+                                 metadata={"help": f"train one ablation's rows instead: {list(ABLATIONS)}"})
     recipe: str = field(default="paper", metadata={"help": f"MoLo's preset, one of {list(RECIPES)}: 'paper' (Eq. "
                                                            "1-4) or 'released' (the official code's); the options "
                                                            "below given explicitly override it"})

@@ -170,7 +170,8 @@ class ScriptArguments:
         if not 0.0 <= self.weight_switch_fraction <= 1.0:
             raise ValueError(f"weight_switch_fraction must be in [0, 1], got {self.weight_switch_fraction}")
         if self.tulip_distill_loss not in DISTILLATION_LOSSES:
-            raise ValueError(f"tulip_distill_loss must be one of {DISTILLATION_LOSSES}, got {self.tulip_distill_loss!r}")
+            raise ValueError(f"tulip_distill_loss must be one of {DISTILLATION_LOSSES}, "
+                             f"got {self.tulip_distill_loss!r}")
 
 
 def optimizer_steps(loop_args: LoopArguments, num_samples: int, num_processes: int) -> int:

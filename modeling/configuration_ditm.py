@@ -3,8 +3,8 @@
 
 from transformers import CLIPConfig
 
-from .saving import CodeBundleMixin
 from .configuration import RefusesPlainCLIPMixin
+from .saving import CodeBundleMixin
 
 
 class DITMConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):

@@ -3,8 +3,8 @@
 
 from transformers import CLIPConfig
 
-from .saving import CodeBundleMixin
 from .configuration import RefusesPlainCLIPMixin
+from .saving import CodeBundleMixin
 
 HIMO_TEXT_POSITIONS = 248  # Long-CLIP stretching of CLIP's 77 positions: 4 * 77 - 3 * 20
 

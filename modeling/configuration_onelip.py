@@ -4,8 +4,8 @@ al., "Unlocking and Improving Long-Text Representations of CLIP via One-Stage Ad
 
 from transformers import CLIPConfig, CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
 
-from .saving import CodeBundleMixin
 from .configuration import RefusesPlainCLIPMixin
+from .saving import CodeBundleMixin
 
 ONELIP_TEXT_POSITIONS = 248  # the paper's T_g in its main tables (Long-CLIP's length)
 

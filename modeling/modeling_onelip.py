@@ -179,10 +179,10 @@ def top_right_singular_vectors(matrix: torch.Tensor, rank: int, decomposition: s
 
     "exact": the top eigenvectors of the d x d Gram matrix Z^T Z from one float64 `eigh` per text. "subspace":
     subspace iteration in float32 (Halko et al. 2011, Alg. 4.4 on the Gram matrix): r + `oversampling` columns,
-    `iterations` Gram products each orthonormalised (`orthonormal_columns`, batched), then Rayleigh-Ritz, an `eigh` of a (r + 8)-square matrix;
-    its error falls as (sigma_{r+9} / sigma_r)^(2 x iterations). Batched `eigh` is slow on GPUs (1.1 s of a 1.4 s
-    ViT-B/16 step at batch 256 on an H100, float64), subspace iteration is matrix products (54 ms there).
-    "auto": exact on CPU, subspace on other devices. Columns are defined up to sign, which I(i) ignores."""
+    `iterations` Gram products each orthonormalised (`orthonormal_columns`, batched), then Rayleigh-Ritz, an `eigh` of a
+    (r + 8)-square matrix; its error falls as (sigma_{r+9} / sigma_r)^(2 x iterations). Batched `eigh` is slow on GPUs
+    (1.1 s of a 1.4 s ViT-B/16 step at batch 256 on an H100, float64), subspace iteration is matrix products (54 ms
+    there). "auto": exact on CPU, subspace on other devices. Columns are defined up to sign, which I(i) ignores."""
     if decomposition == "auto":
         decomposition = "exact" if matrix.device.type == "cpu" else "subspace"
     width = matrix.shape[-1]

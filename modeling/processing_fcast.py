@@ -86,7 +86,8 @@ class FCASTProcessor(DualEncoderProcessor):
             self._warn_truncated(captions, chunked)
         counts = {len(c) for c in chunked}
         if len(counts) != 1 or 0 in counts:
-            raise ValueError(f"every caption must come as the same non-zero number of sub-captions, got {sorted(counts)}")
+            raise ValueError("every caption must come as the same non-zero number of sub-captions, "
+                             f"got {sorted(counts)}")
         encoding = super().__call__(text=[s for c in chunked for s in c], images=images, padding=padding,
                                     return_tensors=return_tensors, **kwargs)
         if return_tensors == "pt":

@@ -3,9 +3,9 @@ evaluate modules cache) and the run's summary line when transformers' common mod
 file holds fixtures and hooks only: the builders tests import live in tests/helpers/ (`helpers.builders`, ...)."""
 
 import pytest
+
 from helpers.builders import CAPTIONS, random_images, tiny_processor
 from helpers.transformers_common import UNAVAILABLE_PREFIX
-
 from hf_longclip import HiMoCLIPProcessor
 
 

@@ -6,7 +6,8 @@
 # the parser. Write a handler `_<command>(args)` that imports what it runs by absolute name (`from hf_longclip.export
 # import ...`), register it with `add_command(...).set_defaults(run=_<command>)`, and compute any text the parser
 # needs from the package only when asked: `epilog_lines=` (a function, called when the help is shown) or a `type=`
-# function (called when the option is parsed). tests/cli/test_cli_startup.py checks each command's --help imports no torch.
+# function (called when the option is parsed). tests/cli/test_cli_startup.py checks each command's --help imports no
+# torch.
 
 import argparse
 import sys

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.builders import IMAGE_SIZE, char_clip_tokenizer, tiny_clip, tiny_himo, tiny_processor
 from transformers import CLIPImageProcessorPil, CLIPProcessor
 
+from helpers.builders import IMAGE_SIZE, char_clip_tokenizer, tiny_clip, tiny_himo, tiny_processor
 from hf_longclip.cli import main
 from hf_longclip.evaluation import TASKS
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from helpers.builders import tiny_clip
 from helpers.conversion import run_converted_offline
 from helpers.numerics import rounding_atol
-
 from hf_longclip import HiMoCLIPModel
 from hf_longclip.cli import main
 from hf_longclip.models.conversion import clip_tokenizer, conversion_card, convert_checkpoint, load_original_checkpoint
@@ -366,7 +366,8 @@ def test_push_to_hub_with_a_model_card(tmp_path):
     path, *_ = longclip_release(tmp_path)
     with FakeHub(token=TOKEN) as hub:
         proc = subprocess.run([sys.executable, "-m", "hf_longclip.cli", "convert", "longclip", str(path),
-                               str(tmp_path / "out"), "--bpe-file", str(BPE_FILE), "--push-to-hub", "org/longclip-tiny"],
+                               str(tmp_path / "out"), "--bpe-file", str(BPE_FILE),
+                               "--push-to-hub", "org/longclip-tiny"],
                               env=hub_env(hub, tmp_path / "home"), capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         card = hub.file("org/longclip-tiny", "README.md").decode()

@@ -23,14 +23,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.fresh_process import fresh_process
 from PIL import Image
 from torch import nn
 
+from helpers.fresh_process import fresh_process
 from hf_longclip import CASTForImageClassification, CASTVisionConfig, CASTVisionModel
 from hf_longclip.cli import main
-from hf_longclip.models.conversion import load_original_checkpoint
 from hf_longclip.models.cast.convert_cast import CAST_CLUSTERS, RELEASED_PREPROCESSING, convert
+from hf_longclip.models.conversion import load_original_checkpoint
 
 WIDTH, HEADS, DEPTHS, CLUSTERS, SEGMENTS, IMAGE, CLASSES = 96, 12, (1, 1, 1, 1), (8, 4, 2, 1), 16, 64, 5
 
@@ -477,7 +477,8 @@ def test_converted_classifier_card_names_both_auto_classes(tmp_path):
     from hf_longclip.models.conversion import conversion_card, save_converted
 
     for layout, expected in (("lincls", "`AutoModelForImageClassification` (CASTForImageClassification) and "
-                                        "`AutoModel` (CASTVisionModel)"), ("moco", "with `AutoModel` (CASTVisionModel),")):
+                                        "`AutoModel` (CASTVisionModel)"),
+                             ("moco", "with `AutoModel` (CASTVisionModel),")):
         _, path = released_checkpoint(layout, tmp_path, seed=60)
         model, processor = convert(load_original_checkpoint(path))
         save_converted(model, processor, tmp_path / layout)

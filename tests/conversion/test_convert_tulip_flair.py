@@ -27,13 +27,13 @@ from collections import OrderedDict
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.conversion import open_clip_bpe_file, run_converted_offline
 from torch import nn
 
+from helpers.conversion import open_clip_bpe_file, run_converted_offline
 from hf_longclip import OneLIPModel
 from hf_longclip.cli import main
-from hf_longclip.models.conversion import load_original_checkpoint
 from hf_longclip.modeling_common.positions import ntk_inverse_frequencies
+from hf_longclip.models.conversion import load_original_checkpoint
 from hf_longclip.models.onelip.convert_tulip import convert
 
 VOCAB, TEXT_WIDTH, TEXT_HEADS, VISION_WIDTH, EMBED = 1000, 128, 2, 128, 64
@@ -224,7 +224,8 @@ def test_rope_pairing_matters(converted, tmp_path, monkeypatch):
     unpermuted, _ = convert(released_checkpoint(reference, tmp_path), max_length=300)
     ids = token_ids(100, 248)
     with torch.no_grad():
-        assert (unpermuted.get_text_features(input_ids=ids).pooler_output - reference.encode_text(ids)).abs().max() > 1e-3
+        assert (unpermuted.get_text_features(input_ids=ids).pooler_output
+                - reference.encode_text(ids)).abs().max() > 1e-3
 
 
 def test_onelip_ntk_frequencies_equal_tulips_training_stage():

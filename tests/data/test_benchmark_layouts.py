@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers.benchmark_files import color, karpathy_image, write_hierarcaps, write_image, write_json
 from PIL import Image
 
+from helpers.benchmark_files import color, karpathy_image, write_hierarcaps, write_image, write_json
 from hf_longclip.data.benchmarks import BENCHMARKS, LayoutNotFoundError, describe_protocols, load_benchmark
 from hf_longclip.data.eval_datasets import check_data_dir, load_eval_dataset
 from hf_longclip.metrics.zero_shot import DEFAULT_TEMPLATES, IMAGENET_TEMPLATES

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import datasets
 import pytest
+from PIL import Image
+
 from helpers.benchmark_files import (
     HIERARCAPS_ROWS,
     color,
@@ -17,8 +19,6 @@ from helpers.benchmark_files import (
     write_jsonl,
     write_truncated,
 )
-from PIL import Image
-
 from hf_longclip.data.benchmarks import (
     BENCHMARKS,
     SCHEMA_FIELDS,

@@ -14,9 +14,9 @@ import zlib
 import numpy as np
 import PIL.Image
 import pytest
-from helpers.builders import tiny_himo, tiny_processor
 from PIL import Image, ImageOps
 
+from helpers.builders import tiny_himo, tiny_processor
 from hf_longclip.cli import main as cli_main
 from hf_longclip.data.eval_datasets import load_eval_benchmark
 from hf_longclip.data.image_files import MAX_PIXELS_ENV, POLICY_ENV, UnreadableImage, open_image

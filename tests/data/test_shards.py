@@ -12,10 +12,10 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from helpers.launch import CONFIGS, accelerate_launch, kill_when_written, run, script_env, weights
 from PIL import Image
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from helpers.launch import CONFIGS, accelerate_launch, kill_when_written, run, script_env, weights
 from hf_longclip.cli import main as cli_main
 from hf_longclip.data.shards import (
     MANIFEST,
@@ -193,6 +193,7 @@ def test_killed_run_on_shards_resumes_to_the_weights_of_an_uninterrupted_run(eng
     # the schedule's length: 2 epochs of the manifest's estimate, 48 / 8 - 1 batches (2 workers may each drop one)
     assert histories[0] == histories[1] and len(histories[0]) == 10
     assert all(record["corrupt_samples"] == 0 for record in histories[0])
-    expected, resumed = weights(tmp_path / "uninterrupted" / "himo-clip"), weights(tmp_path / "interrupted" / "himo-clip")
+    expected, resumed = (weights(tmp_path / "uninterrupted" / "himo-clip"),
+                         weights(tmp_path / "interrupted" / "himo-clip"))
     for name in expected:
         assert torch.equal(resumed[name], expected[name]), name

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 import torch
-from helpers.demo import image_paths, write_demo_files
 from PIL import Image
 
+from helpers.demo import image_paths, write_demo_files
 from hf_longclip import cli
 from hf_longclip.demo.index import build_index, cache_file, list_images
 from hf_longclip.evaluation import load_model
@@ -118,7 +118,6 @@ def test_missing_gradio_gives_the_install_command(monkeypatch, capsys):
 
 def test_search_curve_ends_at_the_top_score_and_refuses_empty_captions(files, himo, tmp_path):
     from helpers.demo import CAPTION
-
     from hf_longclip.demo.app import Demo, DemoModel, prefix_figure
 
     demo = Demo([DemoModel(str(files["himo"]), *himo)], tmp_path)
@@ -137,7 +136,6 @@ def test_search_curve_ends_at_the_top_score_and_refuses_empty_captions(files, hi
 def test_one_attention_map_per_sentence_over_the_image_shown(row):
     from helpers.fcast import random_images, tiny_fcast
     from helpers.fcast import tiny_processor as fcast_processor
-
     from hf_longclip.demo.app import sentence_attention_maps
 
     model, processor = tiny_fcast(row=row).eval(), fcast_processor()

@@ -13,9 +13,10 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.demo import CAPTION, image_paths, write_demo_files
 from PIL import Image
 from transformers import AutoModel, AutoProcessor
+
+from helpers.demo import CAPTION, image_paths, write_demo_files
 
 pytest.importorskip("gradio", reason='the demo needs gradio: pip install "hf-longclip[demo]"')
 gradio_client = pytest.importorskip("gradio_client")

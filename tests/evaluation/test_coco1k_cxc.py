@@ -275,7 +275,6 @@ def test_cxc_recalls_hand_computed(cxc_dir):
 
 def test_cli_evaluates_coco_cxc_from_its_files(cxc_dir, tmp_path):
     from helpers.builders import tiny_himo, tiny_processor
-
     from hf_longclip.cli import main as cli_main
 
     checkpoint = tmp_path / "ckpt"

@@ -11,6 +11,8 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
+from transformers import CLIPImageProcessorPil, CLIPModel, CLIPProcessor
+
 from helpers.benchmark_files import (
     HIERARCAPS_ROWS,
     karpathy_image,
@@ -20,8 +22,6 @@ from helpers.benchmark_files import (
     write_json,
 )
 from helpers.builders import IMAGE_SIZE, char_clip_tokenizer, random_images, tiny_clip, tiny_himo, tiny_processor
-from transformers import CLIPImageProcessorPil, CLIPModel, CLIPProcessor
-
 from hf_longclip.data.benchmarks import load_benchmark
 from hf_longclip.evaluation import (
     TASKS,

@@ -21,10 +21,9 @@ import torch
 import torch.nn.functional as F
 from conversion.test_convert_tulip_flair import CLIP_VOCAB, FlairReference, randomize
 from datasets import Dataset
-from helpers.conversion import open_clip_bpe_file
 from PIL import Image
 
-from hf_longclip.models.conversion import clip_tokenizer, load_original_checkpoint
+from helpers.conversion import open_clip_bpe_file
 from hf_longclip.evaluation import evaluate_dataset
 from hf_longclip.evaluation.scoring import (
     _chunks,
@@ -33,6 +32,7 @@ from hf_longclip.evaluation.scoring import (
     score_matrix_retrieval,
     unscored_floor,
 )
+from hf_longclip.models.conversion import clip_tokenizer, load_original_checkpoint
 from hf_longclip.models.fcast.convert_flair import convert as convert_flair
 
 WORDS = "red blue green small large dog cat tree car house river cloud street boat bird".split()
@@ -261,9 +261,9 @@ def test_cli_eval_scores_conditioned_and_refuses_a_model_without_pooling(flair, 
     CLIPModel asked for conditioned scoring is refused with one line before the benchmark is generated."""
     import json
 
-    from helpers.builders import tiny_clip
     from transformers import CLIPImageProcessorPil, CLIPProcessor
 
+    from helpers.builders import tiny_clip
     from hf_longclip.cli import main
 
     _, model, processor, _ = flair

@@ -18,8 +18,8 @@ CAPTIONS = [
 ]
 
 TABLE2 = {  # name: (vision_backbone, hierarchical text encoder, the task's objective), FLAIR to F-CAST
-    "flair": ("vit", False, "flair"), "flair-cast": ("cast", False, "flair"), "flair-cast-hier": ("cast", True, "flair"),
-    "fcast": ("cast", True, "fcast"),
+    "flair": ("vit", False, "flair"), "flair-cast": ("cast", False, "flair"),
+    "flair-cast-hier": ("cast", True, "flair"), "fcast": ("cast", True, "fcast"),
 }
 
 

@@ -28,7 +28,8 @@ def load_by_repo_id_without_the_library(hub: FakeHub, repo_id: str, home: Path, 
     script = ("import sys; sys.modules['hf_longclip'] = None\n"
               "import transformers\n"
               f"model = transformers.{auto_class}.from_pretrained({repo_id!r}, trust_remote_code=True)\n"
-              "print(type(model).__name__, type(model).__module__, sum(p.double().sum().item() for p in model.parameters()))")
+              "print(type(model).__name__, type(model).__module__, "
+              "sum(p.double().sum().item() for p in model.parameters()))")
     result = subprocess.run([sys.executable, "-c", script], env={**hub_env(hub, home, token=None), "PYTHONPATH": ""},
                             cwd=home.parent, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -242,7 +242,8 @@ class DualEncoderModelTester:
         result = model(input_ids, pixel_values, attention_mask, return_loss=True)
         # The model's own loss: CLIP's symmetric InfoNCE over the local batch, text i matching image i.
         labels = torch.arange(input_ids.shape[0], device=torch_device)
-        expected = (F.cross_entropy(result.logits_per_text, labels) + F.cross_entropy(result.logits_per_image, labels)) / 2
+        expected = (F.cross_entropy(result.logits_per_text, labels)
+                    + F.cross_entropy(result.logits_per_image, labels)) / 2
         self.parent.assertEqual(result.loss.shape, ())
         self.parent.assertTrue(torch.isfinite(result.loss))
         torch.testing.assert_close(result.loss, expected)

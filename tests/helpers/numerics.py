@@ -13,6 +13,6 @@ def rounding_atol(reference: torch.Tensor, roundings: int) -> float:
 
 def transformer_roundings(num_layers: int) -> int:
     """Roundings a transformer's output may differ by when two paths reduce in different orders (other key counts or
-    blockings): one per reduction, 12 a layer (2 LayerNorms of 2 each; the attention's 5: Q/K/V, scores, softmax, values,
-    output; the MLP's 2 matmuls; the residual adds), and 4 for the final norm, pooling and projection."""
+    blockings): one per reduction, 12 a layer (2 LayerNorms of 2 each; the attention's 5: Q/K/V, scores, softmax,
+    values, output; the MLP's 2 matmuls; the residual adds), and 4 for the final norm, pooling and projection."""
     return 12 * num_layers + 4

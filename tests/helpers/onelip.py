@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from hf_longclip.models.onelip.modeling_onelip import TRIMRefine, select_tokens
-from hf_longclip.recipes.onelip.negative_bank import NegativeBank
 from hf_longclip.objectives.onelip import OneLIPLoss
+from hf_longclip.recipes.onelip.negative_bank import NegativeBank
 
 
 def run_objective(objective: OneLIPLoss, inputs: dict, refine: TRIMRefine, **kwargs) -> dict:

@@ -1,7 +1,7 @@
 """One training step's task and rows for every objective, shared by the gradient-caching and compilation tests:
-HiMo-CLIP's MoLo with HiDe (as in the paper and as released), Long-CLIP's, OneLIP's three terms with its teacher and PO-HNM queues, DITM's triplet and ordering
-terms, F-CAST's part and whole sigmoid terms, FLAIR's, CAST classification. `CASES[name](directory)` gives
-(task, rows): 2 x `BATCH` rows, so that each of two processes can take `BATCH`."""
+HiMo-CLIP's MoLo with HiDe (as in the paper and as released), Long-CLIP's, OneLIP's three terms with its teacher and
+PO-HNM queues, DITM's triplet and ordering terms, F-CAST's part and whole sigmoid terms, FLAIR's, CAST classification.
+`CASES[name](directory)` gives (task, rows): 2 x `BATCH` rows, so that each of two processes can take `BATCH`."""
 
 from pathlib import Path
 
@@ -15,7 +15,6 @@ from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
 from helpers.fcast import fcast_task, tiny_fcast
 from helpers.fcast import tiny_processor as fcast_processor
 from helpers.onelip import handmade_bank, unit
-
 from hf_longclip import CASTImageProcessor, OneLIPForPreTraining, OneLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.recipes.cast.task import ClassificationTask, ImageClassificationCollator

@@ -3,14 +3,15 @@ Diffusion pipeline on CPU: long prompts reach the UNet whole (OneLIP Sec. 4.4's 
 
 import pytest
 import torch
-from helpers.builders import char_clip_tokenizer, tiny_himo, tiny_processor, tiny_sub_configs
 from transformers import CLIPTextConfig, CLIPTextModel, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
+from helpers.builders import char_clip_tokenizer, tiny_himo, tiny_processor, tiny_sub_configs
 from hf_longclip.integrations.diffusion import TEXT_ENCODERS, register_text_encoder, text_encoder_for_diffusion
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers import StableDiffusionPipeline  # noqa: E402
+
 from helpers.diffusion import (  # noqa: E402
     CLIP_POSITIONS,
     FIRST_DIFFERENCE,

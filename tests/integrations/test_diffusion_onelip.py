@@ -6,14 +6,15 @@ import json
 
 import pytest
 import torch
-from helpers.builders import tiny_clip, tiny_onelip_processor
 
+from helpers.builders import tiny_clip, tiny_onelip_processor
 from hf_longclip import OneLIPModel
 from hf_longclip.integrations.diffusion import OneLIPTextModelForDiffusion, text_encoder_for_diffusion
 from hf_longclip.models.onelip import OneLIPTextModel, modeling_onelip
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers import StableDiffusionPipeline  # noqa: E402
+
 from helpers.diffusion import (  # noqa: E402
     CLIP_POSITIONS,
     FIRST_DIFFERENCE,

@@ -4,12 +4,16 @@ encoder (hf_longclip.integrations.diffusion)."""
 
 import pytest
 import torch
-from helpers.builders import char_clip_tokenizer, tiny_himo, tiny_sub_configs
-from helpers.diffusion import FIRST_DIFFERENCE, LATE_CHANGE, PROMPT, generate, prompt_embeds, tiny_pipeline
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
+from helpers.builders import char_clip_tokenizer, tiny_himo, tiny_sub_configs
+from helpers.diffusion import FIRST_DIFFERENCE, LATE_CHANGE, PROMPT, generate, prompt_embeds, tiny_pipeline
 from hf_longclip import OneLIPConfig, OneLIPModel
-from hf_longclip.integrations.diffusion import sdxl_text_components, stretch_clip_text_encoder, text_encoder_for_diffusion
+from hf_longclip.integrations.diffusion import (
+    sdxl_text_components,
+    stretch_clip_text_encoder,
+    text_encoder_for_diffusion,
+)
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers import (  # noqa: E402

@@ -11,11 +11,11 @@ projection; a 77-position one fails on the first prompt."""
 
 import pytest
 import torch
+from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
+
 from helpers.builders import char_clip_tokenizer, tiny_himo, tiny_sub_configs
 from helpers.diffusion import FIRST_DIFFERENCE, LATE_CHANGE, PROMPT
 from helpers.numerics import rounding_atol, transformer_roundings
-from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
-
 from hf_longclip.integrations.diffusion import stretch_clip_text_encoder, text_encoder_for_diffusion
 
 diffusers = pytest.importorskip("diffusers")

@@ -6,16 +6,23 @@ import warnings
 
 import pytest
 import torch
+from transformers import AutoProcessor
+
 from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from helpers.diffusion import LATE_CHANGE, PROMPT
 from helpers.dual_encoders import clip_like
 from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
 from helpers.fcast import tiny_fcast
 from helpers.fcast import tiny_processor as tiny_fcast_processor
-from transformers import AutoProcessor
-
-from hf_longclip import (CASTImageProcessor, CASTVisionConfig, CASTVisionModel, DITMModel, DITMProcessor, OneLIPModel,
-                         OneLIPProcessor)
+from hf_longclip import (
+    CASTImageProcessor,
+    CASTVisionConfig,
+    CASTVisionModel,
+    DITMModel,
+    DITMProcessor,
+    OneLIPModel,
+    OneLIPProcessor,
+)
 from hf_longclip.integrations.onnx import export_onnx
 
 ort = pytest.importorskip("onnxruntime")

@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
+
 from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from helpers.fresh_process import fresh_process
-
 from hf_longclip import DITMModel, HiMoCLIPModel, OneLIPModel
 from hf_longclip.cli import main
 from hf_longclip.models.himo_clip.export_clip import save_as_clip, to_clip_model

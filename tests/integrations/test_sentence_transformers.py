@@ -7,13 +7,13 @@ import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
+
 from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from helpers.diffusion import FIRST_DIFFERENCE, LATE_CHANGE, PROMPT
 from helpers.dual_encoders import clip_like
 from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
 from helpers.fcast import tiny_fcast
 from helpers.fcast import tiny_processor as tiny_fcast_processor
-
 from hf_longclip import DITMModel, DITMProcessor, OneLIPModel, OneLIPProcessor
 from hf_longclip.integrations.sentence_transformers import save_sentence_transformer
 from hf_longclip.models.fcast.processing_fcast import ChunkTruncationWarning

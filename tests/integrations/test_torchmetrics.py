@@ -6,10 +6,10 @@ ones cut at 248 with the end-of-text token kept, and every score is max(100 cos,
 import pytest
 import torch
 import torch.nn.functional as F
+
 from helpers.builders import CAPTIONS, tiny_himo, tiny_processor
 from helpers.diffusion import FIRST_DIFFERENCE, LATE_CHANGE, PROMPT
 from helpers.numerics import rounding_atol, transformer_roundings
-
 from hf_longclip.cli import main
 from hf_longclip.integrations.torchmetrics import CLIPScoreFeatures, clip_score_model
 

@@ -5,9 +5,9 @@ import hashlib
 
 import numpy as np
 import pytest
-from helpers.fresh_process import run_python_offline
 
 import hf_longclip.metrics as metrics
+from helpers.fresh_process import run_python_offline
 from hf_longclip.metrics import (
     METRIC_NAMES,
     class_embeddings,

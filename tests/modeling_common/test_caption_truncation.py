@@ -4,11 +4,11 @@ cut (`truncation_stats`: texts, cut ones, tokens lost); so does the evaluation's
 
 import pytest
 import torch
+from transformers import CLIPImageProcessorPil, CLIPProcessor
+
 from helpers.builders import CAPTIONS, IMAGE_SIZE, char_clip_tokenizer, tiny_clip, tiny_processor
 from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
 from helpers.fcast import tiny_processor as fcast_processor
-from transformers import CLIPImageProcessorPil, CLIPProcessor
-
 from hf_longclip import DITMProcessor, HiMoCLIPProcessor, OneLIPProcessor
 from hf_longclip.data.tokenizer import train_scene_tokenizer
 from hf_longclip.evaluation.encoding import encode_texts, reset_truncation_stats, truncation_stats

@@ -8,12 +8,12 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from PIL import Image
+
 from helpers.builders import random_images, tiny_clip, tiny_himo, tiny_processor
 from helpers.ditm import tiny_ditm
 from helpers.fcast import tiny_fcast, training_inputs
 from helpers.fcast import tiny_processor as fcast_processor
-from PIL import Image
-
 from hf_longclip import CASTImageProcessor, OneLIPModel
 from hf_longclip.models.cast.image_processing_cast import compute_superpixels
 from hf_longclip.objectives.fcast import FCASTLoss, FLAIRLoss

@@ -7,9 +7,9 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from PIL import Image
 
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from hf_longclip import HiMoCLIPProcessor
 from hf_longclip.data.tokenizer import train_scene_tokenizer
 from hf_longclip.evaluation import encode_images

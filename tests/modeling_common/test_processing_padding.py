@@ -4,11 +4,11 @@ attend causally and pool at the end-of-text token (F-CAST's second stage reads t
 
 import pytest
 import torch
+
 from helpers import fcast
 from helpers.builders import CAPTIONS
 from helpers.dual_encoders import clip_like
 from helpers.numerics import rounding_atol, transformer_roundings
-
 from hf_longclip import (
     DITMModel,
     DITMProcessor,

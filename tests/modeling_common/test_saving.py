@@ -7,11 +7,11 @@ import json
 
 import pytest
 import torch
+
 from helpers.builders import tiny_clip, tiny_himo
 from helpers.cast import tiny_classifier
 from helpers.ditm import tiny_ditm
 from helpers.fcast import tiny_fcast
-
 from hf_longclip import OneLIPForPreTraining, OneLIPModel
 
 ZERO_SHOT = "AutoModelForZeroShotImageClassification"

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from hf_longclip.modeling_common import RotaryEmbedding, apply_rotary, ntk_inverse_frequencies
 from hf_longclip.models.fcast.pooling import AttentionPool
-from hf_longclip.objectives.himo_clip import MoLoLoss
 from hf_longclip.objectives import ClipLoss, contrastive_loss, sigmoid_loss
+from hf_longclip.objectives.himo_clip import MoLoLoss
 
 
 @pytest.mark.parametrize("target_length", [77, 248, 512])

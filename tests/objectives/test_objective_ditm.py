@@ -7,8 +7,8 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.launch import torchrun
 
+from helpers.launch import torchrun
 from hf_longclip.objectives import ditm
 from hf_longclip.objectives.ditm import DITMLoss, adaptive_triplet_loss
 

@@ -2,10 +2,9 @@
 
 import pytest
 import torch
-from helpers.builders import molo_loss
 
-from hf_longclip.objectives.himo_clip import hide_components, num_principal_components
-from hf_longclip.objectives.himo_clip import _LowRankReconstruction
+from helpers.builders import molo_loss
+from hf_longclip.objectives.himo_clip import _LowRankReconstruction, hide_components, num_principal_components
 
 MEAN = torch.tensor([1.0, 1.0, 1.0])
 # Centred rows with orthogonal columns: variance 36 along e1, 0.04 along e2, none along e3.

@@ -7,16 +7,22 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_processor
-from helpers.onelip import run_objective
 from transformers import CLIPTextConfig, CLIPTextModel
 
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_processor
+from helpers.onelip import run_objective
 from hf_longclip import OneLIPForPreTraining
 from hf_longclip.models.onelip.modeling_onelip import TRIMRefine, text_token_mask
+from hf_longclip.objectives.onelip import (
+    OneLIPLoss,
+    coarse_loss,
+    orthonormal_columns,
+    token_wise_loss,
+    top_right_singular_vectors,
+    trim_scores,
+    trim_select,
+)
 from hf_longclip.recipes.onelip.task import OneLIPTask
-from hf_longclip.objectives.onelip import OneLIPLoss, trim_scores, trim_select
-from hf_longclip.objectives.onelip import coarse_loss, orthonormal_columns, token_wise_loss
-from hf_longclip.objectives.onelip import top_right_singular_vectors
 
 
 def _small_text():

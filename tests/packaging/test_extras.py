@@ -168,7 +168,7 @@ def test_the_extras_are_what_the_docs_say():
 
     required = names(project["dependencies"])
     assert required == {"torch", "transformers", "accelerate", "datasets", "evaluate", "safetensors",
-                        "huggingface_hub", "peft", "tokenizers", "numpy", "pillow", "tqdm", "filelock"}
+                        "huggingface_hub", "peft", "tokenizers", "numpy", "pillow", "tqdm", "filelock", "xxhash"}
     extras = {extra: names(requirements) for extra, requirements in project["optional-dependencies"].items()}
     assert extras["cast"] == {"opencv-contrib-python-headless", "scikit-image"}
     assert extras["mining"] == {"faiss-cpu"}

@@ -8,9 +8,9 @@ import warnings
 
 import pytest
 import torch
-from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_himo, tiny_processor
 from transformers.masking_utils import create_causal_mask
 
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_himo, tiny_processor
 from hf_longclip import OneLIPModel, OneLIPProcessor
 from hf_longclip.evaluation import load_model
 from hf_longclip.metrics import METRIC_NAMES, load

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.builders import tiny_clip, tiny_himo, tiny_processor
-from helpers.fresh_process import run_python_offline
 from transformers import AutoModel, AutoProcessor
 
+from helpers.builders import tiny_clip, tiny_himo, tiny_processor
+from helpers.fresh_process import run_python_offline
 from hf_longclip import DITMModel, HiMoCLIPModel, OneLIPModel
 from hf_longclip.cli import main
 from hf_longclip.evaluation import load_model

@@ -5,8 +5,8 @@ import logging
 from dataclasses import dataclass
 
 import torch
-from helpers.builders import CAPTIONS, tiny_processor
 
+from helpers.builders import CAPTIONS, tiny_processor
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import train
 from hf_longclip.training.task import Task

@@ -105,7 +105,7 @@ def test_files_hashed_while_written_get_the_hashes_of_their_bytes(tmp_path):
     for fails in (False, True):
         directory = tmp_path / str(fails)
         (directory / "task_files").mkdir(parents=True)
-        with HashWhileWriting(directory, interval=0.001) as hashing:
+        with HashWhileWriting(directory, interval=0.001, margin=4096, block=4096) as hashing:
             if fails:
                 hashing._catch_up = lambda final: 1 / 0
             with (directory / "weights.bin").open("wb") as weights, (directory / "task_files" / "q").open("wb") as q:
@@ -114,6 +114,7 @@ def test_files_hashed_while_written_get_the_hashes_of_their_bytes(tmp_path):
                     q.write(b"queue")
                     weights.flush(), q.flush()
                     time.sleep(0.002)
+            assert fails or hashing.files[directory / "weights.bin"][2] > 0  # followed while written
             for name in ("replaced", "shrunk"):
                 (directory / name).write_bytes(b"first version, long")
             time.sleep(0.05)

@@ -10,8 +10,8 @@ receives them, without generating code (Inductor's C++ compilation of six models
 
 import pytest
 import torch
-from helpers.training_cases import CASES
 
+from helpers.training_cases import CASES
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.compile import compile_step
 from hf_longclip.training.task import sum_of_terms

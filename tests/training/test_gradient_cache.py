@@ -1,7 +1,8 @@
 """Gradient caching (`--contrastive_batch_size`, `hf_longclip.training.gradient_cache`): one optimizer step on a
 contrastive batch of 64 encoded in chunks of 16 moves the weights exactly as one step on the batch of 64 in one piece,
 for every objective (HiMo-CLIP's MoLo with HiDe, as in the paper and as released, Long-CLIP's, OneLIP's three terms
-with its teacher and PO-HNM queues, DITM's triplet and ordering terms, F-CAST's part and whole sigmoid terms, FLAIR's, classification), in one process and under
+with its teacher and PO-HNM queues, DITM's triplet and ordering terms, F-CAST's part and whole sigmoid terms, FLAIR's,
+classification), in one process and under
 2-process DDP and DeepSpeed ZeRO-2 (this file is also the launched script), where the compiled steps (`--torch_compile`,
 whole and cached) are also checked against the eager one; dropout is replayed in the second pass;
 BatchNorm statistics are updated once per chunk; the loop trains with it (a SIGKILLed cached run resuming exactly:
@@ -20,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from helpers.builders import CAPTIONS, himo_task, random_images, tiny_processor, tiny_sub_configs
 from helpers.cast import tiny_classifier
 from helpers.launch import CONFIGS, needs_deepspeed, run, script_env
 from helpers.training_cases import BATCH, CASES
-
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.compile import compile_step

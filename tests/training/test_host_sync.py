@@ -17,8 +17,9 @@ and outside the compiled step. Any other read fails the test, naming where it ha
 
 One process here (seconds). The two-process test (slow: it launches `torch.distributed.run`, gloo) covers what only
 several processes run: the contrastive gathers (`objectives.losses.gather_with_grad`, whose batch sizes are
-exchanged and read on the host at the first step only: the warm-up), DDP's wrapper and accelerate's reductions; and
-that unequal batch sizes are still refused at the first gather.
+exchanged and read on the host at the first step only: the warm-up), DDP's wrapper and accelerate's reductions; that
+the mode sees the gathers' one read of the batch sizes; and that unequal batch sizes are still refused at the first
+gather.
 """
 
 import collections
@@ -30,10 +31,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.launch import torchrun
-from helpers.training_cases import CASES
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from helpers.launch import torchrun
+from helpers.training_cases import CASES
 from hf_longclip.training.task import sum_of_terms
 
 aten = torch.ops.aten
@@ -216,6 +217,11 @@ def per_rank(output: str) -> None:
         results["unequal_batches"] = "not refused"
     except ValueError as error:
         results["unequal_batches"] = str(error)
+    with HostReads() as mode:  # a batch size not gathered yet: its agreement is read on the host once, then trusted
+        for _ in range(3):
+            gather_with_grad(torch.ones(3, 2))
+    results["size_reads_of_three_gathers"] = sum(count for (_, file, *_), count in mode.reads.items()
+                                                  if file.endswith("objectives/losses.py"))
     for name in CASES:
         with tempfile.TemporaryDirectory() as directory:  # each process its own PO-HNM bank and queues
             results[name] = host_reads_of_a_step(name, accelerator, Path(directory))
@@ -231,6 +237,7 @@ def test_the_eager_step_reads_nothing_on_the_host_in_two_processes(tmp_path):
         results = json.loads((tmp_path / f"rank_{rank}.json").read_text())
         refusal = results.pop("unequal_batches")
         assert "same batch size" in refusal and "[1, 2]" in refusal, refusal
+        assert results.pop("size_reads_of_three_gathers") == WORLD_SIZE  # each process's size, at the first only
         for name, found in results.items():
             assert not found["unexpected"], f"rank {rank}: " + _failure(name, found)
 

@@ -22,14 +22,14 @@ from pathlib import Path
 import httpx2
 import pytest
 import torch
-from helpers.builders import CAPTIONS, himo_task, tiny_himo, tiny_processor
-from helpers.fake_hub import FakeHub
-from helpers.fresh_process import save_checkpoint
-from helpers.hub import TOKEN, hub_env
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
 import hf_longclip.training.hub as hub_module
+from helpers.builders import CAPTIONS, himo_task, tiny_himo, tiny_processor
+from helpers.fake_hub import FakeHub
+from helpers.fresh_process import save_checkpoint
+from helpers.hub import TOKEN, hub_env
 from hf_longclip.recipes.himo_clip.card import CARD as HIMO_CLIP_CARD
 from hf_longclip.training.hub import _with_retries, build_model_card, is_transient
 from hf_longclip.training.task import OPTIONS_FILE, save_options

@@ -5,12 +5,12 @@ import json
 
 import pytest
 import torch
-from helpers.builders import CAPTIONS, himo_task, random_images, tiny_himo, tiny_processor
-from helpers.fresh_process import load_in_fresh_process, save_checkpoint
 from peft import AutoPeftModel, PeftModel
 from safetensors.torch import load_file
 from transformers import HfArgumentParser
 
+from helpers.builders import CAPTIONS, himo_task, random_images, tiny_himo, tiny_processor
+from helpers.fresh_process import load_in_fresh_process, save_checkpoint
 from hf_longclip import HiMoCLIPModel
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.training.arguments import LoopArguments

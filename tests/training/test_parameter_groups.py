@@ -3,9 +3,9 @@
 
 import pytest
 import torch
-from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from transformers import HfArgumentParser, get_cosine_schedule_with_warmup
 
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.training.arguments import LoopArguments, parse_lr_multipliers

@@ -8,9 +8,9 @@ import logging
 
 import pytest
 import torch
-from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from safetensors.torch import load_file
 
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.training.arguments import LoopArguments

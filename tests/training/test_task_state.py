@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.launch import kill_when_written
 from safetensors.torch import load_file
+
+from helpers.launch import kill_when_written
 
 SCRIPT = Path(__file__).with_name("queue_task_script.py")
 

@@ -4,10 +4,10 @@ projection training."""
 
 import pytest
 import torch
-from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
-from helpers.cast import tiny_classifier
 from transformers import HfArgumentParser
 
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
+from helpers.cast import tiny_classifier
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.training.arguments import LoopArguments

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModel
+
 from helpers.fake_hub import FakeHub
 from helpers.hub import TOKEN, hub_env, load_by_repo_id_without_the_library
 from helpers.launch import (
@@ -22,7 +24,6 @@ from helpers.launch import (
     script_env,
     weights,
 )
-from transformers import AutoModel
 
 TINY = ["--variants", "himo-clip", "--num_train", "128", "--num_test", "32", "--image_size", "32",
         "--hidden_size", "32", "--num_layers", "1", "--num_heads", "2", "--logging_steps", "1", "--warmup_steps", "1",

@@ -3,8 +3,8 @@ benchmark of `hf_longclip.data.benchmarks` read from its files under a data dire
 
 from __future__ import annotations
 
-from .benchmarks import BENCHMARKS, Benchmark, load_benchmark
 from ..metrics.zero_shot import DEFAULT_TEMPLATES
+from .benchmarks import BENCHMARKS, Benchmark, load_benchmark
 from .synthetic import CLASS_TEMPLATES, CLASSNAMES, load_synthetic_scenes
 
 SYNTHETIC = "synthetic"

@@ -203,10 +203,11 @@ def sdxl_text_components(
 
     `text_encoder`: one of our models (its text tower, `text_encoder_for_diffusion(model)`) or a transformers
     `CLIPTextModel`; `text_encoder_2`: one of ours with a text projection (`text_encoder_for_diffusion(model,
-    with_projection=True)`) or a transformers `CLIPTextModelWithProjection` (e.g. OpenCLIP-bigG). A transformers encoder of at most CLIP's 77
-    positions is stretched (`stretch_clip_text_encoder`). SDXL concatenates both encoders' penultimate hidden states
-    token by token, so both must take the same length; copies of the tokenizers get it as `model_max_length`. The
-    pooled embedding SDXL conditions on is `text_encoder_2`'s projected end-of-text embedding."""
+    with_projection=True)`) or a transformers `CLIPTextModelWithProjection` (e.g. OpenCLIP-bigG). A transformers encoder
+    of at most CLIP's 77 positions is stretched (`stretch_clip_text_encoder`). SDXL concatenates both encoders'
+    penultimate hidden states token by token, so both must take the same length; copies of the tokenizers get it as
+    `model_max_length`. The pooled embedding SDXL conditions on is `text_encoder_2`'s projected end-of-text
+    embedding."""
     first = _long_clip_text_encoder(text_encoder, with_projection=False)
     second = _long_clip_text_encoder(text_encoder_2, with_projection=True)
     lengths = first.config.max_position_embeddings, second.config.max_position_embeddings

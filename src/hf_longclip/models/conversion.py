@@ -227,7 +227,8 @@ def load_original_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         raise ValueError(
-            f"{path} is not a plain weights file: torch.load(weights_only=True) refused it ({str(err).splitlines()[0]}). "
+            f"{path} is not a plain weights file: torch.load(weights_only=True) refused it "
+            f"({str(err).splitlines()[0]}). "
             "Only weights are read here; save the state dict alone (torch.save(model.state_dict(), ...)) from code "
             "you trust."
         ) from None

@@ -12,7 +12,13 @@ every term.
 
 from hf_longclip.objectives.clip import ClipLoss
 from hf_longclip.objectives.longclip import LongCLIPLoss, principal_component_reconstruction
-from hf_longclip.objectives.losses import check_paired_embeddings, contrastive_loss, gather_rows_with_grad, gather_with_grad, sigmoid_loss
+from hf_longclip.objectives.losses import (
+           check_paired_embeddings,
+           contrastive_loss,
+           gather_rows_with_grad,
+           gather_with_grad,
+           sigmoid_loss,
+)
 
 __all__ = ["ClipLoss", "LongCLIPLoss", "check_paired_embeddings", "contrastive_loss", "gather_rows_with_grad",
            "gather_with_grad", "principal_component_reconstruction", "sigmoid_loss"]

@@ -63,13 +63,15 @@ def check_paired_embeddings(image_embeds: torch.Tensor, text_embeds: torch.Tenso
     """Raise a ValueError naming the problem unless both are non-empty (batch, dim) tensors that pair up row by row."""
     if image_embeds.ndim != 2 or text_embeds.ndim != 2:
         raise ValueError(
-            f"expected (batch, dim) embeddings, got image {tuple(image_embeds.shape)} and text {tuple(text_embeds.shape)}"
+            f"expected (batch, dim) embeddings, got image {tuple(image_embeds.shape)} and text "
+            f"{tuple(text_embeds.shape)}"
         )
     if image_embeds.shape[0] == 0:
         raise ValueError("the contrastive loss needs a non-empty batch")
     if image_embeds.shape != text_embeds.shape:
         raise ValueError(
-            f"image and text embeddings must pair up one to one, got {tuple(image_embeds.shape)} and {tuple(text_embeds.shape)}"
+            f"image and text embeddings must pair up one to one, got {tuple(image_embeds.shape)} and "
+            f"{tuple(text_embeds.shape)}"
         )
 
 

@@ -90,9 +90,9 @@ class OneLIPLoss(nn.Module):
     lambda_3 (L_i-t + L_t-i)}`, the lambdas being `weights` before optimizer step `switch_step` and `weights_after`
     from it on (Sec. 4.1: 0.2/0.1/0.7, then 0.05/0.25/0.7 from step 5000). Runs in float32, autocast disabled.
     `distillation`: "trim" (OneLIP, Eq. 4-7) or "pooled" (the ablation without TRIM: `token_loss` is then the
-    pooled distance, `pooled_distillation_loss`, and `refined_states` is not used). `decomposition`: how TRIM-Select finds
-    the top singular directions (`top_right_singular_vectors`). See the module docstring for the
-    choices made where the paper is silent."""
+    pooled distance, `pooled_distillation_loss`, and `refined_states` is not used). `decomposition`: how TRIM-Select
+    finds the top singular directions (`top_right_singular_vectors`). See the module docstring for the choices made
+    where the paper is silent."""
 
     DISTILLATIONS = ("trim", "pooled")
 

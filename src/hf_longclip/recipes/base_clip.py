@@ -8,6 +8,7 @@ global InfoNCE from scratch on the synthetic scenes (`base_clip_task`), built on
 from __future__ import annotations
 
 from collections.abc import Callable
+
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
@@ -15,13 +16,12 @@ from accelerate.utils import set_seed
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.fileio import naming_damaged_weights
 from hf_longclip.modeling_common.dual_encoder import load_clip_model
-from hf_longclip.training.arguments import LoopArguments
-from hf_longclip.training.loop import whole_model_init
-from hf_longclip.training.recipe import BackboneArguments, cached_pretraining
-
 from hf_longclip.models.himo_clip.modeling_himo_clip import HiMoCLIPModel
 from hf_longclip.models.himo_clip.processing_himo_clip import HiMoCLIPProcessor
 from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
+from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.loop import whole_model_init
+from hf_longclip.training.recipe import BackboneArguments, cached_pretraining
 
 
 def base_clip_task(backbone: BackboneArguments, dataset, positions: int, seed: int,

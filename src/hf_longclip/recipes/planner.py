@@ -132,6 +132,9 @@ class PlanSettings:
             raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if self.processes < 1:
             raise ValueError(f"processes must be >= 1, got {self.processes}")
+        if min(self.chunk, self.lora_r, self.hard_negatives) < 0 or self.bank_captions < 1:
+            raise ValueError(f"chunk, lora_r and hard_negatives must be >= 0 and bank_captions >= 1, got "
+                             f"{self.chunk}, {self.lora_r}, {self.hard_negatives} and {self.bank_captions}")
         if self.chunk and self.zero_stage == 3:
             raise ValueError("gradient caching runs on one process, DDP or ZeRO-1/2, not ZeRO-3 (the loop refuses it)")
         if self.lock not in ("none", "image", "text"):
@@ -203,8 +206,11 @@ def _vision_config(size: ModelSize) -> dict:
 class _Batches:
     """Batches of the shapes a method's collator gives (contents do not matter on fake tensors)."""
 
-    def __init__(self, size: ModelSize):
+    def __init__(self, size: ModelSize, settings: PlanSettings):
         self.size = size
+        # DeepSpeed's bf16 runs the model in bf16 without autocast: pixels are given in bf16 (CAST's patch embedding,
+        # unlike CLIP's, does not cast them to its weights' dtype)
+        self.pixel_dtype = torch.bfloat16 if settings.deepspeed and settings.precision == "bf16" else torch.float32
 
     def texts(self, rows: int, length: int) -> dict:
         """Token ids padded to the longest text, as the processors pad: the first text `length` tokens long, the
@@ -217,7 +223,7 @@ class _Batches:
         return {"input_ids": ids, "attention_mask": mask}
 
     def images(self, rows: int) -> torch.Tensor:
-        return torch.zeros(rows, 3, self.size.image_size, self.size.image_size)
+        return torch.zeros(rows, 3, self.size.image_size, self.size.image_size, dtype=self.pixel_dtype)
 
 
 class _QueuedNegatives:
@@ -249,7 +255,7 @@ def _himo(settings: PlanSettings, size: ModelSize, longclip: bool = False) -> St
                                          vision_config=_vision_config(size), projection_dim=size.projection_dim,
                                          frozen_position_rows=20))
     model = _adapted(model, settings)
-    data = _Batches(size)
+    data = _Batches(size, settings)
 
     def make_batch(rows: int) -> dict:
         batch = {**data.texts(rows, LONG_LENGTH), "pixel_values": data.images(rows)}
@@ -279,7 +285,7 @@ def _onelip(settings: PlanSettings, size: ModelSize) -> StepWorkload:
     task = OneLIPTask(model, None, teacher=teacher, hard_negatives=queues,
                       trim_decomposition="subspace" if settings.target == "gpu" else "auto")
     del teacher  # the task holds its own copy
-    data = _Batches(size)
+    data = _Batches(size, settings)
 
     def make_batch(rows: int) -> dict:
         batch = {**data.texts(rows, LONG_LENGTH), "pixel_values": data.images(rows)}
@@ -301,7 +307,7 @@ def _ditm(settings: PlanSettings, size: ModelSize) -> StepWorkload:
     model = DITMModel(DITMConfig(text_config=_text_config(size, LONG_LENGTH), vision_config=_vision_config(size),
                                  projection_dim=size.projection_dim))
     model = _adapted(model, settings)
-    data = _Batches(size)
+    data = _Batches(size, settings)
 
     def make_batch(rows: int) -> dict:  # MultiCaptionCollator's: each image once, its captions after it
         texts = rows * CAPTIONS_PER_IMAGE
@@ -334,7 +340,7 @@ def _fcast(settings: PlanSettings, size: ModelSize, objective: str) -> StepWorkl
     model = FCASTModel(FCASTConfig(text_config=text, vision_config=vision, vision_backbone=backbone,
                                    projection_dim=size.projection_dim, pool_heads=size.text_heads))
     model = _adapted(model, settings)
-    data = _Batches(size)
+    data = _Batches(size, settings)
 
     def make_batch(rows: int) -> dict:
         texts = data.texts(rows * SUB_CAPTIONS, SHORT_LENGTH)
@@ -407,8 +413,8 @@ def assumptions(settings: PlanSettings) -> list[str]:
                      + f" divided by the {settings.processes} processes; DeepSpeed's communication buckets"
                      + (" and ZeRO-3's gathered layers" if settings.zero_stage == 3 else "") + " not counted")
         if settings.precision == "bf16":
-            lines.append("DeepSpeed bf16: bf16 weights and gradients, the model run without autocast, fp32 master "
-                         "weights and moments in the optimizer (12 bytes a parameter, sharded)")
+            lines.append("DeepSpeed bf16: bf16 weights and gradients, the model run without autocast on bf16 pixels, "
+                         "fp32 master weights and moments in the optimizer (12 bytes a parameter, sharded)")
     elif settings.processes > 1:
         lines.append("DDP: its gradient buckets hold a second copy of the gradients (gradient_as_bucket_view=False, "
                      "accelerate's default)")
@@ -472,7 +478,7 @@ def plan_memory(settings: PlanSettings, budgets_gb=GPU_MEMORY_GB, memory: StepMe
         weights=rest["weights"], buffers=rest["buffers"], gradients=memory.gradients(sharding),
         optimizer=rest["optimizer"], extra=rest["extra"], per_sample=memory.per_sample(sharding),
         traced=[{"batch_size": batch, "peak": peak}
-                for batch, peak in zip(memory.batch_sizes, memory.traced_peaks(sharding))],
+                for batch, peak in zip(memory.batch_sizes, memory.traced_peaks(sharding), strict=True)],
         largest_batch=largest, peak_at=peak_at, assumptions=assumptions(settings),
         seconds=time.perf_counter() - start, aligned=memory.aligned)
 
@@ -517,9 +523,9 @@ def format_plan(plan: MemoryPlan) -> str:
 TABLE_FILE = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "fits.json"
 TABLE_SIZES = ("ViT-B/16", "ViT-L/14")
 TABLE_METHODS = ("himo", "longclip", "onelip", "ditm", "flair", "fcast")
-TABLE_SETTINGS = {  # column label -> settings of the table's common setups
-    "bf16": dict(precision="bf16"),
-    "bf16 + ckpt": dict(precision="bf16", gradient_checkpointing=True),
+TABLE_SETTINGS = {  # column label -> settings of the table's common setups: bf16 mixed over 8 GPUs
+    "DDP x 8": dict(precision="bf16", processes=8),
+    "DDP x 8 + ckpt": dict(precision="bf16", processes=8, gradient_checkpointing=True),
     "ZeRO-2 x 8": dict(precision="bf16", zero_stage=2, processes=8),
     "ZeRO-2 x 8 + ckpt": dict(precision="bf16", zero_stage=2, processes=8, gradient_checkpointing=True),
 }
@@ -571,14 +577,14 @@ def fits_table(figures: dict | None = None) -> str:
         cells = [" / ".join(str(row[label]["largest_batch"][str(gb)]) for gb in TABLE_CARDS) for label in columns]
         lines.append(f"| {method} | {size} | " + " | ".join(cells) + " |")
     lines += ["", f"GPU memory a batch of {PAPER_BATCH} per GPU needs (the papers' 1,024 over 8 GPUs; in bold where "
-                  f"an 80 GB card holds it):", "",
+                  f"a {TABLE_CARDS[0]} GB card holds it):", "",
               "| method | size | " + " | ".join(columns) + " |", "|---|---|" + "---:|" * len(columns)]
     for key, row in figures.items():
         method, size = key.split(" ", 1)
         cells = []
         for label in columns:
             needed = row[label][f"card_for_{PAPER_BATCH}_gb"]
-            cells.append(f"**{needed:g} GB**" if needed <= 80 else f"{needed:g} GB")
+            cells.append(f"**{needed:g} GB**" if needed <= TABLE_CARDS[0] else f"{needed:g} GB")
         lines.append(f"| {method} | {size} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -146,7 +146,8 @@ NO_TOWER_LOCKS = dict(lock_image=False, lock_image_unlocked_layers=0, lock_text=
 
 # Arguments that may change between a run and its resume: the output's location, how long the run goes on (a resume
 # may extend it: the schedule then follows the new length), logging, evaluation and checkpointing cadence, memory-only
-# and speed-only options (same arithmetic, up to rounding under compilation), which of a script's rows run, publishing and whether remote code may run. Every other
+# and speed-only options (same arithmetic, up to rounding under compilation), which of a script's rows run, publishing
+# and whether remote code may run. Every other
 # argument shapes the run (data, model, objective, optimiser, batch, seed, processes...) and is saved with each
 # checkpoint; a resume with a different value is refused (`run_signature`, `checkpoint.check_arguments`).
 FREE_ON_RESUME = frozenset({

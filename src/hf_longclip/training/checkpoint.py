@@ -72,11 +72,11 @@ class HashWhileWriting:
     has written, which holds for the processes of one machine (one page cache), not for a network filesystem written
     from several machines: `save_checkpoint` follows only single-machine runs and reads the others back."""
 
-    def __init__(self, directory: Path, interval: float = 0.1, margin: int = 1 << 26):
+    def __init__(self, directory: Path, interval: float = 0.1, margin: int = 1 << 26, block: int = 1 << 20):
         self.directory, self.interval, self.margin = Path(directory), interval, margin
         self.files: dict[Path, list] = {}  # path -> [open handle, digest, bytes hashed]
         self.cpu_seconds, self.error = 0.0, None  # the thread's CPU time; what stopped it
-        self._buffer = bytearray(1 << 20)
+        self._buffer = bytearray(block)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="checkpoint-hashing", daemon=True)
 
@@ -103,8 +103,9 @@ class HashWhileWriting:
         self.cpu_seconds += time.thread_time() - start
 
     def _catch_up(self, final: bool) -> None:
-        """Hash what was appended to each file since the last look: whole buffers only while the files are written
-        (no chasing a writer's last bytes in tiny reads), up to the end when `final`."""
+        """Hash what was appended to each file since the last look: while the files are written, whole buffers at
+        least `margin` bytes behind each file's end (not chasing a writer's last bytes), none of a file with holes;
+        up to the end when `final`."""
         block, view = len(self._buffer), memoryview(self._buffer)
         for path in self.directory.rglob("*"):
             if path.name == STATE_FILE or not path.is_file():
@@ -114,7 +115,12 @@ class HashWhileWriting:
                     entry = self.files[path] = [path.open("rb", buffering=0), xxhash.xxh3_128(), 0]
                 except FileNotFoundError:  # gone meanwhile
                     continue
-            left = None if final else (os.fstat(entry[0].fileno()).st_size - entry[2] - self.margin) // block * block
+            if final:
+                left = None
+            else:  # a file with holes (written out of order, or sized first) waits for the end
+                stat = os.fstat(entry[0].fileno())
+                sparse = getattr(stat, "st_blocks", None) is not None and stat.st_blocks * 512 < stat.st_size
+                left = 0 if sparse else (stat.st_size - entry[2] - self.margin) // block * block
             while (left is None or left > 0) and (read := entry[0].readinto(self._buffer)):
                 entry[1].update(view[:read])
                 entry[2] += read

@@ -281,7 +281,8 @@ def train(
     accelerator.wait_for_everyone()
     task.restore_files(None if resume is None else resume / TASK_FILES, accelerator)
 
-    progress = tqdm(total=total_steps, initial=step, desc=progress_label or run_name, disable=not accelerator.is_local_main_process)
+    progress = tqdm(total=total_steps, initial=step, desc=progress_label or run_name,
+                    disable=not accelerator.is_local_main_process)
     model.train()
     while step < total_steps:
         if args.train_shards:

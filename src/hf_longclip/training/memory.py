@@ -496,7 +496,7 @@ class StepMemory:
         """Bytes per process of each category at the step's peak at `batch_size`, after `sharding`, and "total"."""
         rows = self._peak_rows(batch_size, self._scales(sharding))
         row = max(rows, key=lambda r: r.sum())
-        parts = {name: float(value) for name, value in zip(CATEGORIES, row)}
+        parts = {name: float(value) for name, value in zip(CATEGORIES, row, strict=True)}
         parts["total"] = float(row.sum())
         return parts
 

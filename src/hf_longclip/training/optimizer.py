@@ -11,7 +11,6 @@ import torch
 
 from .arguments import check_layer_decay, parse_lr_multipliers
 
-
 logger = logging.getLogger(__name__)
 
 _WRAPPER_PREFIXES = ("module.", "base_model.model.", "_orig_mod.")  # DDP, peft, torch.compile

@@ -252,8 +252,8 @@ def train_variants(
         eval_file = eval_files[variant]
         if loop_args.resume_from_checkpoint and eval_file.is_file():
             finished = json.loads(eval_file.read_text())
-            check_arguments(finished.get(ARGUMENTS, {}), signature, f"cannot reuse the finished {variant} ({eval_file})",
-                            loop_args.allow_changed_arguments)
+            check_arguments(finished.get(ARGUMENTS, {}), signature,
+                            f"cannot reuse the finished {variant} ({eval_file})", loop_args.allow_changed_arguments)
             longer = extended_length(finished, loop_args)
             if longer is None:
                 results[variant], histories[variant] = finished["results"], finished["history"]
@@ -411,7 +411,8 @@ def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args:
                    name: str = "summary", title: str = "") -> dict | None:
     """A script's whole run, `run(loop_args) -> {variant: metrics}`, once with `--seed` or, with `--seeds 0,1,2`, once
     per seed with that seed and its own `<output_dir>/seed-<s>/` (each resumable). Then, on the main process,
-    `<output_dir>/<name>.json` (every seed's results, `summarize_seeds` and the run's `provenance`) and, for several seeds, `<name>.png` (each
+    `<output_dir>/<name>.json` (every seed's results, `summarize_seeds` and the run's `provenance`) and, for several
+    seeds, `<name>.png` (each
     metric's mean, std and seeds per variant) and the table of mean +- std on stdout (one seed: the run's own table
     says it all). Returns the summary (main process)."""
     seeds = loop_args.seed_list()
@@ -454,7 +455,8 @@ def publish(
     push_variants: Sequence[str] | None = None,
     loss_notes: Mapping[str, str] | None = None,
 ) -> None:
-    """Main process: `results.json`, `loss_curves.png`, the table on stdout (`metrics`, then the training seconds) and, with `--push_to_hub`, each variant's
+    """Main process: `results.json`, `loss_curves.png`, the table on stdout (`metrics`, then the training seconds)
+    and, with `--push_to_hub`, each variant's
     checkpoint pushed with its card (`run_args`: every argument of the run, shown in the card; `push_variants`: the
     variants to push, default all, e.g. to leave out a row whose checkpoint this run did not write; `loss_notes`: see
     `plot_loss_curves`)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-
 # The one vocabulary of the printed tables, every script alike: results key -> (column header, decimals). Percentages
 # (recalls, HiMo@2/3, SSI, accuracies, grounding) get one decimal, correlations and fractions three; a key not
 # listed is its own header, with three decimals.

@@ -7,9 +7,9 @@ import unittest
 
 import pytest
 import torch
-from helpers.modeling_common import UNAVAILABLE, seed_test_inputs
 from transformers.testing_utils import require_torch, torch_device
 
+from helpers.modeling_common import UNAVAILABLE, seed_test_inputs
 from hf_longclip import CASTForImageClassification, CASTVisionConfig, CASTVisionModel
 
 if UNAVAILABLE is None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from helpers.fresh_process import fresh_process
 from PIL import Image
 
+from helpers.fresh_process import fresh_process
 from hf_longclip import CASTForImageClassification, CASTImageProcessor, CASTVisionConfig, CASTVisionModel
 from hf_longclip.export import model_bundle
 

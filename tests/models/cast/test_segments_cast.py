@@ -322,11 +322,9 @@ def test_superpixels_computed_in_data_loader_workers_match_the_main_process():
 
 def test_precomputed_superpixels_are_taken_as_computed_and_checked(monkeypatch):
     import datasets
-
-    from helpers.fcast import CAPTIONS, tiny_processor
-
     from transformers import CLIPImageProcessor
 
+    from helpers.fcast import CAPTIONS, tiny_processor
     from hf_longclip import FCASTProcessor
     from hf_longclip.data.collate import ImageTextCollator
     from hf_longclip.data.superpixels import with_superpixels

@@ -5,13 +5,13 @@ import unittest
 
 import pytest
 import torch
+from transformers.testing_utils import require_torch, torch_device
+
 from helpers.modeling_common import (
     UNAVAILABLE,
     DualEncoderCommonTests,
     DualEncoderUsageTests,
 )
-from transformers.testing_utils import require_torch, torch_device
-
 from hf_longclip import DITMConfig, DITMModel
 from hf_longclip.recipes.ditm.task import DITMTask
 

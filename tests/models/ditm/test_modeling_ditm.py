@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_himo, tiny_processor, tiny_sub_configs
 from helpers.ditm import ditm_processor, tiny_ditm
 from helpers.fresh_process import FRESH_PROCESS_PRELUDE, load_in_fresh_process
-
 from hf_longclip import DITMConfig, DITMModel
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.export import model_bundle
-from hf_longclip.recipes.ditm.task import DITMTask, MultiCaptionCollator
 from hf_longclip.objectives.ditm import DITMLoss
+from hf_longclip.recipes.ditm.task import DITMTask, MultiCaptionCollator
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import train
 

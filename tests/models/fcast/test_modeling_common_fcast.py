@@ -2,8 +2,9 @@
 `FCASTModel`, reusing `DualEncoderCommonTests` (its skips and reasons) with a model tester whose inputs are F-CAST's:
 texts as (batch, chunks, tokens) with the end-of-text token in every chunk, pixel values and superpixel label maps
 (some ids without pixels: padding); the training objective is the task's (`FCASTTask`). `FLAIRModelTest` runs them
-again on FLAIR's row of Table 2 (a ViT, CLIP's flat text encoder; the task's FLAIR flat loss). `FCASTUsageTest` runs in any case: tuple outputs, torch.compile without graph
-breaks, and the clear error for a chunk without its end-of-text token."""
+again on FLAIR's row of Table 2 (a ViT, CLIP's flat text encoder; the task's FLAIR flat loss). `FCASTUsageTest` runs in
+any case: tuple outputs, torch.compile without graph breaks, and the clear error for a chunk without its end-of-text
+token."""
 
 import json
 import tempfile
@@ -13,14 +14,14 @@ from unittest import mock
 import pytest
 import torch
 import torch.nn.functional as F
+from transformers import CLIPVisionConfig
+from transformers.testing_utils import require_torch, torch_device
+
 from helpers.modeling_common import (
     UNAVAILABLE,
     DualEncoderCommonTests,
     seed_test_inputs,
 )
-from transformers import CLIPVisionConfig
-from transformers.testing_utils import require_torch, torch_device
-
 from hf_longclip import CASTVisionConfig, FCASTConfig, FCASTModel
 from hf_longclip.models.fcast import FCASTTextConfig
 from hf_longclip.recipes.fcast.task import FCASTTask
@@ -85,8 +86,8 @@ class FCASTModelTester:
         signs = 2 * torch.eye(self.batch_size, device=torch_device) - 1
         expected = -F.logsigmoid(signs * result.logits_per_text).sum() / self.batch_size
         torch.testing.assert_close(result.loss, expected)
-        torch.testing.assert_close(result.logits_per_text, result.logit_scale * result.text_embeds @ result.image_embeds.T
-                                   + result.logit_bias)
+        torch.testing.assert_close(result.logits_per_text,
+                                   result.logit_scale * result.text_embeds @ result.image_embeds.T + result.logit_bias)
         torch.testing.assert_close(result.logit_scale, model.logit_scale.exp())
         torch.testing.assert_close(result.part_logit_scale, model.part_logit_scale.exp())
         torch.testing.assert_close(result.part_logit_bias, model.part_logit_bias)

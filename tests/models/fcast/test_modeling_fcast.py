@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+
 from helpers.fcast import (
     CAPTIONS,
     TABLE2,
@@ -19,7 +20,6 @@ from helpers.fcast import (
     training_inputs,
 )
 from helpers.launch import torchrun
-
 from hf_longclip import FCASTModel
 from hf_longclip.models.fcast import FCASTTextConfig
 from hf_longclip.objectives.fcast import part_level_queries
@@ -78,7 +78,8 @@ def transcribed_flair_loss(model: FCASTModel, inputs: dict) -> dict:
             for kk in range(k):
                 if i == j or kk == j % k:
                     pooled, _ = model.grounding_pool(t_sub[j, kk][None, None], tokens[i][None], pad)
-                    tcs = tcs - F.logsigmoid(y * (scale * F.cosine_similarity(pooled[0, 0], t_sub[j, kk], dim=0) + bias))
+                    tcs = tcs - F.logsigmoid(
+                        y * (scale * F.cosine_similarity(pooled[0, 0], t_sub[j, kk], dim=0) + bias))
             for t in texts[j]:
                 mps = mps - F.logsigmoid(y * (scale * image[i] @ t + bias))
     per_image = len(texts[0])
@@ -120,9 +121,11 @@ def test_table2_checkpoints_reload(tmp_path):
         model.save_pretrained(tmp_path / row)
         reloaded = FCASTModel.from_pretrained(tmp_path / row).eval()
         assert reloaded.config.vision_backbone == TABLE2[row][0]
-        assert type(reloaded.config.vision_config).__name__ == ("CLIPVisionConfig" if row == "flair" else "CASTVisionConfig")
+        assert type(reloaded.config.vision_config).__name__ == (
+            "CLIPVisionConfig" if row == "flair" else "CASTVisionConfig")
         with torch.no_grad():
-            torch.testing.assert_close(reloaded(**inputs, return_loss=True).loss, model(**inputs, return_loss=True).loss)
+            torch.testing.assert_close(reloaded(**inputs, return_loss=True).loss,
+                                       model(**inputs, return_loss=True).loss)
             expected = fcast_task(model, row).compute_loss(model, inputs)
             for name, value in fcast_task(reloaded, row).compute_loss(reloaded, inputs).items():
                 torch.testing.assert_close(value, expected[name])
@@ -190,7 +193,8 @@ def test_text_encoder_packs_chunks_and_stage2_reads_the_first_n():
     with torch.no_grad():
         full = model.get_text_features(inputs["input_ids"], inputs["attention_mask"])
         first_n = model.get_text_features(inputs["input_ids"][:, :4], inputs["attention_mask"][:, :4])
-        one = model.text_model(input_ids=inputs["input_ids"][2, 5][None], attention_mask=inputs["attention_mask"][2, 5][None])
+        one = model.text_model(input_ids=inputs["input_ids"][2, 5][None],
+                               attention_mask=inputs["attention_mask"][2, 5][None])
     torch.testing.assert_close(full.pooler_output, first_n.pooler_output)  # extra sub-captions: part level only
     assert full.sub_caption_embeds.shape == (4, 6, 16)
     # stage 1 encodes every chunk independently: chunk (2, 5) alone gives the same embedding
@@ -246,7 +250,8 @@ def test_bad_input_is_named():
     inputs = training_inputs()
     with pytest.raises(ValueError, match="K >= N .* K = 3 < N = 4"):
         fcast_task(model).compute_loss(
-            model, {**inputs, "input_ids": inputs["input_ids"][:, :3], "attention_mask": inputs["attention_mask"][:, :3]})
+            model, {**inputs, "input_ids": inputs["input_ids"][:, :3],
+                    "attention_mask": inputs["attention_mask"][:, :3]})
     with pytest.raises(ValueError, match="superpixels"):
         model(**{k: v for k, v in inputs.items() if k != "superpixels"})
     with pytest.raises(ValueError, match="exceed stage 1's context of 16 tokens"):

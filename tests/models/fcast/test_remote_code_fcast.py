@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.fcast import CAPTIONS, TABLE2, random_images, tiny_fcast, tiny_processor
-from helpers.fresh_process import fresh_process
 from PIL import Image
 
+from helpers.fcast import CAPTIONS, TABLE2, random_images, tiny_fcast, tiny_processor
+from helpers.fresh_process import fresh_process
 from hf_longclip.export import model_bundle
 
 REPO = Path(__file__).resolve().parents[3]

@@ -9,13 +9,13 @@ a user calls it, and the clear error for a text without its end-of-text token.""
 import unittest
 
 import pytest
+from transformers.testing_utils import require_torch
+
 from helpers.modeling_common import (
     UNAVAILABLE,
     DualEncoderCommonTests,
     DualEncoderUsageTests,
 )
-from transformers.testing_utils import require_torch
-
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
 from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 

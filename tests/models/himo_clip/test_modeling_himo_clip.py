@@ -3,8 +3,8 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.builders import CAPTIONS, himo_task, molo_loss, random_images, tiny_clip, tiny_himo, tiny_processor
 
+from helpers.builders import CAPTIONS, himo_task, molo_loss, random_images, tiny_clip, tiny_himo, tiny_processor
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
 from hf_longclip.modeling_common import stretch_position_embeddings
 

@@ -1,8 +1,8 @@
 """HiMoCLIPProcessor: 248-token texts with the end-of-text token kept, images to pixel_values."""
 
 import pytest
-from helpers.builders import CAPTIONS, IMAGE_SIZE, random_images, tiny_processor
 
+from helpers.builders import CAPTIONS, IMAGE_SIZE, random_images, tiny_processor
 from hf_longclip import HiMoCLIPProcessor
 from hf_longclip.data.tokenizer import train_scene_tokenizer
 

@@ -6,14 +6,14 @@ import unittest
 
 import pytest
 import torch
+from transformers import CLIPTextModel
+from transformers.testing_utils import require_torch, torch_device
+
 from helpers.modeling_common import (
     UNAVAILABLE,
     DualEncoderCommonTests,
     DualEncoderUsageTests,
 )
-from transformers import CLIPTextModel
-from transformers.testing_utils import require_torch, torch_device
-
 from hf_longclip import OneLIPConfig, OneLIPForPreTraining, OneLIPModel
 from hf_longclip.models.onelip import OneLIPTextConfig
 from hf_longclip.recipes.onelip.task import OneLIPTask

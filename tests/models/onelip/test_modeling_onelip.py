@@ -6,12 +6,12 @@ import math
 
 import pytest
 import torch
-from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor, tiny_processor
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForZeroShotImageClassification, PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor, tiny_processor
 from hf_longclip import OneLIPConfig, OneLIPForPreTraining, OneLIPModel, OneLIPProcessor
 from hf_longclip.integrations.diffusion import text_encoder_for_diffusion
 from hf_longclip.models.onelip import OneLIPTextConfig, OneLIPTextModel

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate import Accelerator
+from transformers import AutoModelForImageClassification
+
 from helpers.cast import tiny_classifier
 from helpers.fake_hub import FakeHub
 from helpers.hub import TOKEN, hub_env, load_by_repo_id_without_the_library
-from helpers.launch import CONFIGS, accelerate_launch, needs_deepspeed, run, script_env, torchrun
-from transformers import AutoModelForImageClassification
-
+from helpers.launch import accelerate_launch, run, script_env, torchrun
 from hf_longclip import CASTForImageClassification
 
 WORLD_SIZE = 2

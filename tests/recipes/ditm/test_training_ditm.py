@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModel
+
 from helpers.launch import (
     CONFIGS,
     NOISE_ONLY,
@@ -21,8 +23,6 @@ from helpers.launch import (
     script_env,
     weights,
 )
-from transformers import AutoModel
-
 from hf_longclip.training.task import saved_options
 
 TINY = ["--num_train", "64", "--num_test", "24", "--image_size", "32", "--hidden_size", "32", "--num_layers", "1",

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers.fcast import CAPTIONS, random_images, tiny_config, tiny_fcast, tiny_processor
 
+from helpers.fcast import CAPTIONS, random_images, tiny_config, tiny_fcast, tiny_processor
 from hf_longclip import FCASTModel
 from hf_longclip.recipes.fcast.evaluation import grounding_scores
 from hf_longclip.recipes.fcast.task import FCASTPretrainingTask, start_from_base

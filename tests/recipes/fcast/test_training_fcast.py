@@ -7,11 +7,11 @@ import json
 
 import pytest
 import torch
+from transformers import AutoModel, AutoProcessor
+
 from helpers.fake_hub import FakeHub
 from helpers.hub import TOKEN, hub_env, load_by_repo_id_without_the_library
 from helpers.launch import CONFIGS, accelerate_launch, kill_when_written, needs_deepspeed, run, script_env, weights
-from transformers import AutoModel, AutoProcessor
-
 from hf_longclip import FCASTModel
 from hf_longclip.training.task import saved_options
 
@@ -61,8 +61,8 @@ def test_train_fcast_end_to_end(engine, tmp_path):
     assert isinstance(model, FCASTModel) and saved_options(model) == {"objective": "fcast", "part_loss_weight": 1.0}
     assert not hasattr(model.config, "part_loss_weight") and not hasattr(model.config, "objective")
     flair = AutoModel.from_pretrained(tmp_path / "run" / "flair", trust_remote_code=True)
-    assert (flair.config.vision_backbone, saved_options(flair)["objective"], flair.config.text_config.num_stage2_layers) == (
-        "vit", "flair", 0)
+    assert (flair.config.vision_backbone, saved_options(flair)["objective"],
+            flair.config.text_config.num_stage2_layers) == ("vit", "flair", 0)
     if "fcast-no-part" in training:
         no_part = AutoModel.from_pretrained(tmp_path / "run" / "fcast-no-part", trust_remote_code=True)
         assert saved_options(no_part) == {"objective": "fcast", "part_loss_weight": 0.0}

@@ -1,6 +1,6 @@
 """Two runs wanting the same cached base at once: one builds it, the other waits for the build to end (and then
-finds it), instead of both training it with their own numerics (`hf_longclip.training.recipe.one_builder`, a file lock). Two real
-processes, each with its own Accelerator."""
+finds it), instead of both training it with their own numerics (`hf_longclip.training.recipe.one_builder`, a file lock).
+Two real processes, each with its own Accelerator."""
 
 import subprocess
 import sys

@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
+
 from helpers.builders import CAPTIONS, himo_task, random_images, tiny_himo, tiny_processor
 from helpers.launch import torchrun
-
 from hf_longclip.objectives import contrastive_loss
 from hf_longclip.objectives.himo_clip import hide_components
 
@@ -55,7 +55,8 @@ def _reference(scope: str, modalities: str, tmp_path) -> str:
         components = F.normalize(torch.cat(halves), dim=-1)
         scale = model.logit_scale.exp()
         image, text = out.image_embeds, out.text_embeds
-        loss = contrastive_loss(image, text, image, text, scale) + contrastive_loss(image, components, image, components, scale)
+        loss = (contrastive_loss(image, text, image, text, scale)
+                + contrastive_loss(image, components, image, components, scale))
     loss.backward()
     path = tmp_path / f"reference_{scope}_{modalities}.pt"
     grads = {name: p.grad.clone() for name, p in model.named_parameters()}

@@ -5,11 +5,11 @@ graph breaks (the equality with the official forwards: test_released_recipes_him
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 
+from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
+from hf_longclip.objectives import LongCLIPLoss, contrastive_loss, principal_component_reconstruction
 from hf_longclip.recipes.himo_clip.task import RECIPES, HiMoCLIPTask
 from hf_longclip.recipes.longclip import FirstSentenceCollator, LongCLIPTask, first_sentence
-from hf_longclip.objectives import LongCLIPLoss, contrastive_loss, principal_component_reconstruction
 
 
 def test_paper_recipe_is_the_default():

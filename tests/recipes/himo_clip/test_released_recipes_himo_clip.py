@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from conversion.test_conversion_clip import images, longclip_release, released_longclip_text, token_ids
-from helpers.launch import torchrun
 
+from helpers.launch import torchrun
 from hf_longclip.models.conversion import convert_checkpoint
 from hf_longclip.models.convert_clip import clip_state_dict
 from hf_longclip.models.himo_clip.convert_longclip import fold_position_tables

@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
-from helpers.launch import accelerate_launch, run, script_env
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoProcessor
 
+from helpers.launch import accelerate_launch, run, script_env
 from hf_longclip.training.task import saved_options
 
 TINY = ["--max_steps", "3", "--logging_steps", "1", "--num_train", "128", "--num_test", "32",

@@ -8,9 +8,9 @@ import sys
 import pytest
 import torch
 from accelerate import Accelerator
+
 from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
 from helpers.launch import torchrun
-
 from hf_longclip import OneLIPForPreTraining
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.recipes.onelip.task import OneLIPTask

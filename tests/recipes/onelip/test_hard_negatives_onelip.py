@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor, tiny_processor
-from helpers.onelip import handmade_bank, run_objective, unit
 from transformers import CLIPModel
 
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor, tiny_processor
+from helpers.onelip import handmade_bank, run_objective, unit
 from hf_longclip import OneLIPForPreTraining
 from hf_longclip.data.collate import ImageTextCollator
+from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
+from hf_longclip.objectives.onelip import OneLIPLoss
 from hf_longclip.recipes.onelip.hard_negatives import (
     EMPTY,
     QUEUE_DTYPE,
@@ -23,12 +25,8 @@ from hf_longclip.recipes.onelip.hard_negatives import (
     difficulty,
     keep_mask,
 )
-from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
 from hf_longclip.recipes.onelip.negative_bank import NegativeBank, model_digest
 from hf_longclip.recipes.onelip.task import OneLIPTask
-from hf_longclip.objectives.onelip import OneLIPLoss
-
-
 
 
 def brute_force_queue(bank: NegativeBank, sample: int, query: np.ndarray, size: int, exclude=()) -> list[int]:
@@ -237,7 +235,8 @@ REFINE = TRIMRefine(8, 8).apply(lambda m: torch.nn.init.normal_(m.queries))
 def test_no_queued_negatives_is_plain_onelip_exactly():
     loss, inputs = OneLIPLoss(top_k=6), loss_inputs()
     plain = run_objective(loss, inputs, REFINE)
-    empty = run_objective(loss, inputs, REFINE, hard_negative_embeds=torch.zeros(4, 0, 6), hard_negative_mask=torch.zeros(4, 0, dtype=bool))
+    empty = run_objective(loss, inputs, REFINE, hard_negative_embeds=torch.zeros(4, 0, 6),
+                          hard_negative_mask=torch.zeros(4, 0, dtype=bool))
     for term in plain:
         assert torch.equal(plain[term], empty[term]), term
 
@@ -264,8 +263,8 @@ def test_the_task_needs_sample_indices_when_it_queues_negatives(random_bank, tmp
     clip = tiny_clip()
     processor = tiny_onelip_processor()
     queues = HardNegativeQueues(random_bank, tmp_path / "queues", queue_size=2)
-    task = OneLIPTask(OneLIPForPreTraining.from_clip(clip), ImageTextCollator(processor), teacher=clip, hard_negatives=queues,
-                      trim_top_k=20)
+    task = OneLIPTask(OneLIPForPreTraining.from_clip(clip), ImageTextCollator(processor), teacher=clip,
+                      hard_negatives=queues, trim_top_k=20)
     assert task.options()["hard_negatives"] == queues.options() and task.options()["trim_top_k"] == 20
     batch = task.collate_fn([{"image": image, "caption": caption} for image, caption in
                              zip(random_images(2), CAPTIONS[:2])])

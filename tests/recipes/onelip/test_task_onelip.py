@@ -4,16 +4,16 @@ fresh process without the library."""
 
 import torch
 import torch.nn.functional as F
-from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
-from helpers.fresh_process import FRESH_PROCESS_PRELUDE, load_in_fresh_process
 from safetensors.torch import load_file
 
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
+from helpers.fresh_process import FRESH_PROCESS_PRELUDE, load_in_fresh_process
 from hf_longclip import OneLIPForPreTraining, OneLIPModel
 from hf_longclip.data.collate import ImageTextCollator
+from hf_longclip.recipes.onelip.task import OneLIPTask
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import save_model, train
 from hf_longclip.training.lora import LoraArguments, apply_lora, merge_lora
-from hf_longclip.recipes.onelip.task import OneLIPTask
 
 TERMS = {"coarse_loss", "token_loss", "contrastive_loss"}
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModel, AutoModelForPreTraining
+
 from helpers.fake_hub import FakeHub
 from helpers.hub import TOKEN, hub_env
 from helpers.launch import CONFIGS, accelerate_launch, kill_when_written, needs_deepspeed, run, script_env, weights
-from transformers import AutoModel, AutoModelForPreTraining
-
 from hf_longclip import HiMoCLIPModel, OneLIPModel
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.recipes.base_clip import base_clip_task
@@ -83,7 +83,8 @@ def test_table_and_figure_3_from_scratch(datasets_cache, tmp_path):
     start = next(i for i, line in enumerate(lines) if line.split() == header)
     rows = [line.split()[0] for line in lines[start + 2: start + 17]]
     assert rows == ["clip-77", "clip-248", "longclip", "onelip-pooled", "onelip", "clip-77-ft", "clip-128", "onelip-77",
-                    "onelip-128", "tulip-distill", "tulip", "table4-trim", "table4-hnm", "table4-pohnm-half", "table4-pohnm"]
+                    "onelip-128", "tulip-distill", "tulip", "table4-trim", "table4-hnm", "table4-pohnm-half",
+                    "table4-pohnm"]
     assert len(history(tmp_path, "table4-pohnm")) == 2  # one pass over 16 scenes in batches of 8
     results = json.loads((tmp_path / "results.json").read_text())["results"]
     assert results["clip-77"]["num_hard_pairs"] > 0

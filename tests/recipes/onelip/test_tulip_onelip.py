@@ -8,11 +8,11 @@ import subprocess
 
 import pytest
 import torch
-from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
-from helpers.launch import accelerate_launch, kill_when_written, run, script_env, weights
 from torch.nn import MSELoss
 from transformers import CLIPConfig, CLIPModel
 
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
+from helpers.launch import accelerate_launch, kill_when_written, run, script_env, weights
 from hf_longclip import OneLIPModel
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.recipes.onelip.tulip import (
@@ -169,7 +169,6 @@ def test_converted_tulip_weights_start_onelip_training(datasets_cache, tmp_path)
     `base` is the converted model as it is) with the CLIP of `--teacher_checkpoint` as teacher; the CLIP rows are
     refused by name."""
     from helpers.conversion import open_clip_bpe_file
-
     from hf_longclip.cli import main
 
     torch.save({"epoch": 1, "state_dict": {f"module.{k}": v for k, v in tulip_release_state().items()}},

@@ -38,7 +38,8 @@ Images are verified when loading (fully decoded by :func:`hf_longclip.data.image
 orientation, first frame, the pixel limit), so a missing, empty, truncated, too large or corrupt file drops its record
 (logged with its path through :mod:`logging`, counted in ``num_skipped``, by reason in ``skipped`` and listed in
 ``skipped_paths``) and never fails later; under the ``error`` policy (``HF_LONGCLIP_BAD_SAMPLES=error``) the first
-one raises ``ValueError`` naming the file and the record. A missing data directory, annotation file or image directory raises ``FileNotFoundError`` naming the
+one raises ``ValueError`` naming the file and the record. A missing data directory, annotation file or image
+directory raises ``FileNotFoundError`` naming the
 expected path and format, as does a benchmark none of whose images exist (a wrong image root); a malformed record
 raises ``ValueError`` naming the file and the record.
 
@@ -88,8 +89,8 @@ from .registry import (
     TEXTS,
     Benchmark,
     BenchmarkSpec,
-    PathLike,
     LayoutNotFoundError,
+    PathLike,
     Protocol,
     dataset_fields,
     describe_benchmarks,

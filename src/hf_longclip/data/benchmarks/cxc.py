@@ -92,7 +92,8 @@ def load_coco_cxc(data_dir: PathLike, split: str | None = None, max_samples: int
                   cxc_dir: PathLike | None = None, thresholds: dict[str, float] | None = None,
                   num_workers: int | None = None) -> Benchmark:
     """COCO Karpathy "test" (default; 5000 images) or "val" split as `load_coco` reads it, plus the Crisscrossed
-    Captions positives of each row (Parekh et al., EACL 2021; github.com/google-research-datasets/Crisscrossed-Captions).
+    Captions positives of each row (Parekh et al., EACL 2021;
+    github.com/google-research-datasets/Crisscrossed-Captions).
 
     Layout: the `load_coco` files in ``data_dir`` and the CxC csvs (``sits_test.csv``, ``sts_test.csv``,
     ``sis_test.csv``, or ``*_val.csv``) in ``cxc_dir`` (resolved against ``data_dir``; default: the first of

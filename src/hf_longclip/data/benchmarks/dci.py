@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import re
+from pathlib import Path
 
 from .records import (
     _annotation,
@@ -41,7 +40,8 @@ def load_long_dci(data_dir: PathLike, split: str | None = None, max_samples: int
     ``filepath`` is the DCI image file name (``sa_<n>.jpg``) and ``title`` the caption (DCI's ``extra_caption``).
     Images are looked up at ``image_root/<filepath>`` when ``image_root`` is given, else at ``data_dir/<filepath>``,
     ``data_dir/photos/<filepath>``, ``data_dir/densely_captioned_images/photos/<filepath>`` (the DCI release
-    layout) or ``data_dir/../SA1B/<filepath>`` (HiMo-CLIP's ``data/dci`` beside ``data/SA1B``), first found. Matches ivonajdenkoska/tulip ``open_clip/data_prep/dci_long_part.py`` (writes the csv from
+    layout) or ``data_dir/../SA1B/<filepath>`` (HiMo-CLIP's ``data/dci`` beside ``data/SA1B``), first found.
+    Matches ivonajdenkoska/tulip ``open_clip/data_prep/dci_long_part.py`` (writes the csv from
     the DCI annotations, skipping empty extra captions) and ``eval/dci_long.py`` (``pd.read_csv(..., sep="\\t")``,
     image = ``os.path.join(data_path, filepath)``), and UnicomAI/HiMo-CLIP ``eval/retrieval/dci_long.py`` (same csv,
     images under a separate SA-1B root).

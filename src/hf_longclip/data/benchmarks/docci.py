@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .flair import FLAIR_FEATURES, load_flair_annotations
 from .records import (
     _annotation,
     _build,
@@ -19,7 +20,6 @@ from .records import (
     _split,
     _text,
 )
-from .flair import FLAIR_FEATURES, load_flair_annotations
 from .registry import BASE_FEATURES, TEXTS, Benchmark, PathLike, _protocol, _register
 
 DOCCI_RELEASE = "docci_descriptions.jsonlines"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from .records import (
     _annotation,
-    _first_existing,
     _build,
     _caption_row,
     _data_dir,
     _field,
+    _first_existing,
     _malformed,
     _read_json,
     _Record,

@@ -19,9 +19,9 @@ t negatives tied with it counts (K - g) / (t + 1), clipped to [0, 1]); `"optimis
 `"pessimistic"` as misses; `"first"` breaks them by index, the lower first (`torch.argmax` and CUDA top-k: the
 Urban1k, DOCCI and Flickr30k codes of Long-CLIP, HiMo-CLIP and TULIP), `"last"` the higher first
 (`argsort()[-K:]`: their COCO code), candidates in the order given; `hf-longclip eval` applies each benchmark
-protocol's own rule (docs/evaluation.md). The number of queries with a tie is returned, and embeddings whose rows are mostly
-duplicates (a collapsed model) raise a `DegenerateEmbeddingsWarning`. RSUM is the sum of the recalls. Computed over
-chunks of queries, never materialising the full similarity matrix.
+protocol's own rule (docs/evaluation.md). The number of queries with a tie is returned, and embeddings whose rows are
+mostly duplicates (a collapsed model) raise a `DegenerateEmbeddingsWarning`. RSUM is the sum of the recalls. Computed
+over chunks of queries, never materialising the full similarity matrix.
 
 One row per caption: its embedding and the index of its image; the image embeddings are a keyword argument.
 Embeddings are stored as float32 and handed over as Python lists: for very large sets (e.g. 150k captions) call

@@ -1,4 +1,5 @@
-"""CAST: superpixel tokens and graph pooling (F-CAST's vision tower). The architecture alone; what trains it is `hf_longclip.recipes.cast`."""
+"""CAST: superpixel tokens and graph pooling (F-CAST's vision tower). The architecture alone; what trains it is
+`hf_longclip.recipes.cast`."""
 
 from .configuration_cast import CASTVisionConfig
 from .image_processing_cast import CASTImageProcessor, compute_superpixels

@@ -2,8 +2,8 @@
 
 from transformers import CLIPConfig
 
-from hf_longclip.modeling_common.saving import CodeBundleMixin
 from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin
+from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 
 class DITMConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):

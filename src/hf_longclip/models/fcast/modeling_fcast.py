@@ -363,8 +363,8 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         vision = self.get_image_features(pixel_values, superpixels)
         pooled, attention = self.grounding_pool(queries, *self.grounding_tokens(vision))
         if self.config.vision_backbone == "vit":
-            assignments, labels = [], patch_labels(batch, *pixel_values.shape[-2:], self.config.vision_config.patch_size,
-                                                   pixel_values.device)
+            assignments, labels = [], patch_labels(batch, *pixel_values.shape[-2:],
+                                                   self.config.vision_config.patch_size, pixel_values.device)
         else:
             assignments, labels = vision.assignments[: self.config.grounding_stage], superpixels
         pixels = segments_to_pixels(attention, assignments, labels)

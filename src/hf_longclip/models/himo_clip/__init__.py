@@ -1,4 +1,5 @@
-"""HiMo-CLIP: a CLIP with 248 text positions (Long-CLIP's stretched table). The architecture alone; what trains it is `hf_longclip.recipes.himo_clip`."""
+"""HiMo-CLIP: a CLIP with 248 text positions (Long-CLIP's stretched table). The architecture alone; what trains it is
+`hf_longclip.recipes.himo_clip`."""
 
 from .configuration_himo_clip import HiMoCLIPConfig
 from .modeling_himo_clip import HiMoCLIPModel

@@ -2,8 +2,8 @@
 
 from transformers import CLIPConfig
 
-from hf_longclip.modeling_common.saving import CodeBundleMixin
 from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin
+from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 HIMO_TEXT_POSITIONS = 248  # Long-CLIP stretching of CLIP's 77 positions: 4 * 77 - 3 * 20
 

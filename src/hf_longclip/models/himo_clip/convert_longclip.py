@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from hf_longclip.modeling_common.positions import LONGCLIP_KEEP_POSITIONS
 from hf_longclip.models.conversion import ReportedResult, SourceInfo, load_converted, reported_retrieval
 from hf_longclip.models.convert_clip import check_tokenizer, clip_image_processor, clip_state_dict
-from hf_longclip.modeling_common.positions import LONGCLIP_KEEP_POSITIONS
 
 from .configuration_himo_clip import HiMoCLIPConfig
 from .modeling_himo_clip import HiMoCLIPModel

@@ -1,4 +1,5 @@
-"""OneLIP: CLIP's vision tower and a RoPE/NTK long text encoder. The architecture alone; what trains it is `hf_longclip.recipes.onelip`."""
+"""OneLIP: CLIP's vision tower and a RoPE/NTK long text encoder. The architecture alone; what trains it is
+`hf_longclip.recipes.onelip`."""
 
 from .configuration_onelip import OneLIPConfig, OneLIPTextConfig
 from .modeling_onelip import OneLIPForPreTraining, OneLIPModel, OneLIPTextModel

@@ -3,8 +3,8 @@ al., "Unlocking and Improving Long-Text Representations of CLIP via One-Stage Ad
 
 from transformers import CLIPConfig, CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
 
-from hf_longclip.modeling_common.saving import CodeBundleMixin
 from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin
+from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 ONELIP_TEXT_POSITIONS = 248  # the paper's T_g in its main tables (Long-CLIP's length)
 

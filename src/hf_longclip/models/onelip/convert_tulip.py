@@ -22,7 +22,13 @@ import torch
 from transformers import CLIPTokenizer
 
 from hf_longclip.models.conversion import SourceInfo, check_consumed, load_converted, pop_weight, reported_retrieval
-from hf_longclip.models.convert_clip import check_tokenizer, clip_image_processor, float_weights, text_tower, vision_tower
+from hf_longclip.models.convert_clip import (
+    check_tokenizer,
+    clip_image_processor,
+    float_weights,
+    text_tower,
+    vision_tower,
+)
 
 from .configuration_onelip import ONELIP_TEXT_POSITIONS, OneLIPConfig
 from .modeling_onelip import OneLIPModel

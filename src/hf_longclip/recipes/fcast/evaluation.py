@@ -11,10 +11,10 @@ Library-side only: the remote code of the model (configuration_, modeling_, proc
 
 from __future__ import annotations
 
+from itertools import combinations
+
 import numpy as np
 import torch
-
-from itertools import combinations
 
 from hf_longclip.models.fcast.modeling_fcast import FCASTModel
 from hf_longclip.models.fcast.processing_fcast import FCASTProcessor

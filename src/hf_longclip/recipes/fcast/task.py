@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hf_longclip.models.fcast.chunking import sample_sub_captions
 from hf_longclip.data.superpixels import given_superpixels
+from hf_longclip.models.fcast.chunking import sample_sub_captions
 from hf_longclip.objectives.fcast import FCASTLoss, FLAIRLoss
 from hf_longclip.objectives.losses import gather_with_grad, sigmoid_loss
 from hf_longclip.training.task import ContrastiveTask

@@ -8,8 +8,8 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from hf_longclip.plots import pyplot, save_figure
 from hf_longclip.objectives.onelip import OneLIPLoss
+from hf_longclip.plots import pyplot, save_figure
 
 
 def loss_notes(switch_fraction: float) -> dict[str, str]:
