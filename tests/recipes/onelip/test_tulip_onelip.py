@@ -106,21 +106,22 @@ def test_bad_distillation_options_raise():
 
 TINY = ["--num_train", "64", "--num_test", "24", "--image_size", "32", "--hidden_size", "32", "--num_layers", "1",
         "--num_heads", "2", "--logging_steps", "1", "--warmup_steps", "1", "--per_device_eval_batch_size", "32",
-        "--base_steps", "2", "--variants", "tulip", "--max_steps", "4", "--tulip_distill_steps", "2",
+        "--base_steps", "2", "--variants", "tulip", "--max_steps", "8", "--tulip_distill_steps", "2",
         "--per_device_train_batch_size", "8", "--checkpointing_steps", "1"]
 
 
 @pytest.mark.slow  # launches of examples/train_onelip.py
 @pytest.mark.parametrize("killed_in", ["tulip-distill", "tulip"])
 def test_tulip_variant_resumes_in_either_stage(killed_in, datasets_cache, tmp_path):
-    """Stage 1 for 2 steps, stage 2 for the other 2; a run killed after its first checkpoint of `killed_in` resumes
-    to the histories and weights of an uninterrupted run."""
+    """Stage 1 for 2 steps, stage 2 for the other 6 (enough that a run killed after stage 2's first checkpoint cannot
+    finish first); a run killed after its first checkpoint of `killed_in` resumes to the histories and weights of an
+    uninterrupted run."""
     uninterrupted, interrupted = tmp_path / "uninterrupted", tmp_path / "interrupted"
     env = script_env(datasets_cache)
     run(accelerate_launch("train_onelip.py", uninterrupted, ["--num_processes", "1"], *TINY), env, tmp_path)
     results = json.loads((uninterrupted / "results.json").read_text())
     assert {"tulip-distill", "tulip"} <= set(results["results"])
-    assert [len(results["training"][stage]) for stage in ("tulip-distill", "tulip")] == [2, 2]
+    assert [len(results["training"][stage]) for stage in ("tulip-distill", "tulip")] == [2, 6]
     assert "logit_scale" in results["training"]["tulip"][0]  # stage 2 is contrastive
     distilled = json.loads((uninterrupted / "tulip-distill" / "config.json").read_text())
     finetuned = json.loads((uninterrupted / "tulip" / "config.json").read_text())
