@@ -1006,16 +1006,9 @@ def measured_step_memory(step, batch: dict, cuda: bool) -> tuple[int | None, int
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
         return peak, peak - before
-    from hf_longclip.training.memory import StorageLedger
+    from hf_longclip.training.memory import live_step_peak
 
-    ledger = StorageLedger()
-    ledger.tag([list(step.model.parameters()), list(step.model.buffers()), batch,
-                [list(state.values()) for state in step.optimizer.state.values()]], "weights")
-    before = sum(ledger.live)
-    ledger.recording = True
-    with ledger:
-        step(batch)
-    return None, int(max(sum(event) for event in ledger.events) - before)
+    return None, live_step_peak(step, batch)
 
 
 def memory_check(suite: "Suite") -> dict:

@@ -25,6 +25,7 @@ from hf_longclip.training.memory import (
     Sharding,
     StorageLedger,
     TrainingStep,
+    live_step_peak,
     trace_step_memory,
 )
 
@@ -121,15 +122,7 @@ def test_the_step_traced_is_the_step_run():
     workload = BUILDERS["himo"](settings, SIZES["tiny"])
     step = TrainingStep(workload, settings.step_options())
     step(workload.make_batch(2))
-    batch = workload.make_batch(3)
-    ledger = StorageLedger()
-    ledger.tag([list(step.model.parameters()), list(step.model.buffers()), batch,
-                [list(state.values()) for state in step.optimizer.state.values()]], "weights")
-    before = sum(ledger.live)
-    ledger.recording = True
-    with ledger:
-        step(batch)
-    measured = max(sum(event) for event in ledger.events) - before
+    measured = live_step_peak(step, workload.make_batch(3))
     assert measured == pytest.approx(memory.peak(3) - memory.live_before(3), rel=1e-9)
 
 

@@ -384,6 +384,20 @@ class TrainingStep:
         task.after_optimizer_step(model, self.accelerator)
 
 
+def live_step_peak(step: "TrainingStep", batch) -> int:
+    """Bytes of the storages one real step of `step` on `batch` creates at its peak, above what lives before it (the
+    weights, buffers, batch and optimizer state): the measurement a planner's prediction is checked against on the
+    CPU, where no allocator counts torch's memory."""
+    ledger = StorageLedger()
+    ledger.tag([list(step.model.parameters()), list(step.model.buffers()), batch,
+                [list(state.values()) for state in step.optimizer.state.values()]], "weights")
+    before = sum(ledger.live)
+    ledger.recording = True
+    with ledger:
+        step(batch)
+    return int(max(sum(event) for event in ledger.events) - before)
+
+
 def trace_step_memory(build: Callable[[], StepWorkload], options: StepOptions,
                       batch_sizes: Sequence[int]) -> "StepMemory":
     """Trace one steady-state optimizer step of the workload `build()` makes (after a first step at the smallest
@@ -553,4 +567,4 @@ class StepMemory:
 
 
 __all__ = ["CATEGORIES", "Sharding", "StepMemory", "StepOptions", "StepWorkload", "StorageLedger", "Timeline",
-           "TrainingStep", "fake_process_group", "trace_step_memory", "with_host_values"]
+           "TrainingStep", "fake_process_group", "live_step_peak", "trace_step_memory", "with_host_values"]
