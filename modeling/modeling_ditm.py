@@ -45,16 +45,22 @@ class DITMModel(CLIPDualEncoder):
 
     def __init__(self, config: DITMConfig):
         super().__init__(config)
-        self.image_pooler = GPO(config.gpo_pe_dim, config.gpo_hidden_dim, config.gpo_temperature)
+        with init.no_init_weights():  # GPO comes after CLIP's `post_init`: `_init_weights` draws it, in its order
+            self.image_pooler = GPO(config.gpo_pe_dim, config.gpo_hidden_dim, config.gpo_temperature)
         self.logit_scale.requires_grad_(False)
+        self.post_init()
 
     @torch.no_grad()
     def _init_weights(self, module):
-        super()._init_weights(module)
-        if isinstance(module, nn.GRU):  # GPO's; CLIP's init leaves GRUs out: torch's default (VSE-infinity's)
+        """CLIP's initialisation; GPO's GRU and scoring layer get torch's defaults, as VSE-infinity's GPO has them."""
+        if isinstance(module, nn.GRU):
             bound = 1 / math.sqrt(module.hidden_size)
             for param in module.parameters():
                 init.uniform_(param, -bound, bound)
+        elif "image_pooler" in self._modules and module is self.image_pooler.linear:  # (not yet in CLIP's post_init)
+            init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+        else:
+            super()._init_weights(module)
 
     @classmethod
     def from_clip(

@@ -19,6 +19,7 @@ The config's switches build the architectures of Table 2 from FLAIR to F-CAST wi
 the two-level one is the task's.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Unpack
 
@@ -41,6 +42,7 @@ from .dual_encoder import (
     end_of_text_positions,
     pairwise_sigmoid_loss,
 )
+from .initialization import InitializesEveryModuleMixin
 from .modeling_cast import CASTVisionModel
 
 from .configuration_fcast import FCASTConfig, FCASTTextConfig
@@ -155,11 +157,15 @@ def patch_labels(batch: int, height: int, width: int, patch_size: int, device=No
     return (rows[:, None] * (width // patch_size) + cols[None]).expand(batch, -1, -1)
 
 
-class FCASTPreTrainedModel(PreTrainedModel):
+class FCASTPreTrainedModel(InitializesEveryModuleMixin, PreTrainedModel):
     """
     F-CAST's initialisation (`_init_weights`: CLIP's text and CAST's vision ones and F-CAST's own parts) and
-    attention support.
+    attention support. A fresh model keeps its constructors' draws for the adapter and the pooling
+    (`keeps_constructor_draws_when_fresh`: the values every seed of the published figures drew); `_init_weights` gives
+    weights a checkpoint lacks the same distributions.
     """
+
+    keeps_constructor_draws_when_fresh = True
 
     config: FCASTConfig
     config_class = FCASTConfig
@@ -174,7 +180,9 @@ class FCASTPreTrainedModel(PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module):
         """CLIP's text and CAST's vision initialisations (their own `_init_weights`), F-CAST's parts: stage 2's [CLS]
-        and positions N(0, 0.02), the projections N(0, width^-1/2), the logit scales and biases of Sec. 4.1."""
+        and positions N(0, 0.02), its layers and the projections N(0, width^-1/2), the logit scales and biases of
+        Sec. 4.1; the adapter and the pooling torch's defaults (`nn.Linear`'s and `nn.MultiheadAttention`'s, as in
+        FLAIR's released pooling)."""
         factor = self.config.initializer_factor
         if isinstance(module, FCASTTextStage2):
             init.normal_(module.cls_token, std=0.02 * factor)
@@ -188,14 +196,14 @@ class FCASTPreTrainedModel(PreTrainedModel):
                     init.zeros_(layer.bias)
         elif isinstance(module, FCASTAdapter):
             for layer in (module.mlp[0], module.mlp[2]):
-                init.normal_(layer.weight, std=layer.in_features**-0.5 * factor)
+                init.kaiming_uniform_(layer.weight, a=math.sqrt(5))
         elif isinstance(module, AttentionPool):
             attention = module.attention
             for name in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"):
                 if getattr(attention, name) is not None:
                     init.xavier_uniform_(getattr(attention, name))
             init.zeros_(attention.in_proj_bias)
-            init.normal_(attention.out_proj.weight, std=attention.embed_dim**-0.5 * factor)
+            init.kaiming_uniform_(attention.out_proj.weight, a=math.sqrt(5))
             init.zeros_(attention.out_proj.bias)
             for norm in filter(None, (module.query_norm, module.token_norm, module.value_norm)):
                 init.ones_(norm.weight)

@@ -23,12 +23,13 @@ from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.clip.modeling_clip import (
+    CLIPMLP,
     CLIPAttention,
     CLIPEncoderLayer,
     CLIPPreTrainedModel,
     eager_attention_forward,
 )
-from transformers.utils import TransformersKwargs
+from transformers.utils import TransformersKwargs, logging
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
@@ -39,11 +40,13 @@ from .dual_encoder import (
     end_of_text_positions,
     load_clip_model,
 )
+from .initialization import InitializesEveryModuleMixin
 from .positions import RotaryEmbedding, apply_rotary, ntk_inverse_frequencies
 from .saving import CodeBundleMixin
 
 from .configuration_onelip import ONELIP_TEXT_POSITIONS, OneLIPConfig, OneLIPTextConfig
 
+logger = logging.get_logger(__name__)
 DEFAULT_CLIP_CHECKPOINT = "openai/clip-vit-base-patch16"
 _POSITION_TABLE = "text_model.embeddings.position_embedding.weight"
 
@@ -301,10 +304,13 @@ class TRIMRefine(nn.Module):
             return F.scaled_dot_product_attention(queries, tokens, tokens, attn_mask=kept[:, None, :])
 
 
-class OneLIPPreTrainedModel(CLIPPreTrainedModel):
+class OneLIPPreTrainedModel(InitializesEveryModuleMixin, CLIPPreTrainedModel):
     """
-    CLIP's initialisation and attention support, plus the parts OneLIP adds: the token embeddings, the rotary
-    frequencies (`inverse_frequencies`), TRIM-Refine's queries and the projections.
+    CLIP's initialisation and attention support, plus the parts OneLIP adds: the rotary frequencies
+    (`inverse_frequencies`), TRIM-Refine's queries and the projections. The text encoder's token embeddings and the
+    linear layers of its attention and MLP blocks keep transformers' default, N(0, initializer_range), rather than
+    CLIP's depth-scaled rule: OneLIP starts from CLIP's weights (`from_clip`), and these are the values a fresh
+    OneLIP text encoder has always had here (the published figures' seeds draw them).
     """
 
     config: OneLIPConfig
@@ -313,12 +319,12 @@ class OneLIPPreTrainedModel(CLIPPreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
+        if isinstance(module, (OneLIPAttention, CLIPMLP)):  # their linear layers: the default, drawn as leaves
+            return
         super()._init_weights(module)
         factor = self.config.initializer_factor
         text_config = getattr(self.config, "text_config", self.config)
-        if isinstance(module, OneLIPTextEmbeddings):
-            init.normal_(module.token_embedding.weight, std=factor * 0.02)
-        elif isinstance(module, RotaryEmbedding):
+        if isinstance(module, RotaryEmbedding):
             init.copy_(module.inv_freq, inverse_frequencies(text_config))
         elif isinstance(module, TRIMRefine):
             init.normal_(module.queries, std=text_config.hidden_size**-0.5 * factor)
@@ -354,6 +360,10 @@ class OneLIPPreTrainedModel(CLIPPreTrainedModel):
         unexpected = [name for name in unexpected if not name.endswith("position_ids")]
         if missing or unexpected:
             raise ValueError(f"CLIP checkpoint does not match: missing {missing}, unexpected {unexpected}")
+        if model is not model.base_model:
+            new = sorted({name.split(".")[0] for name, _ in model.named_parameters()} - {cls.base_model_prefix})
+            logger.warning(f"{cls.__name__}.from_clip: {', '.join(new)} not in CLIP, at their initialisation "
+                           "(`_init_weights`)")
         return model.to(clip.dtype)
 
 

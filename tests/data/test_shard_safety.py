@@ -1,9 +1,11 @@
 """No sample lost or mis-decoded between an image folder and training (issue 31): shards of mixed image formats keep
 every sample, streamed pixels equal the processors' pixels for the same file (16-bit, grey, palette, transparency,
 EXIF orientation), shards are verified against their manifest before anything streams (missing, truncated, empty,
-non-tar and replaced shards named), and a sample whose JSON does not parse is skipped and counted."""
+non-tar and replaced shards named), and a sample whose JSON does not parse is skipped and counted; a damaged member
+read by a data-loader worker of the training stream is skipped and counted, or, under the `error` policy, named."""
 
 import io
+import re
 import tarfile
 from pathlib import Path
 
@@ -14,6 +16,8 @@ from PIL import Image
 from hf_longclip.cli import main as cli_main
 from hf_longclip.data.shards import MANIFEST, SKIPPED, ShardError, ShardStream, verify_shards
 from hf_longclip.modeling_common.images import to_rgb_images
+from hf_longclip.training.arguments import LoopArguments
+from hf_longclip.training.streaming import StreamedBatches
 
 FORMATS = ["png", "jpg", "gif", "bmp", "webp", "tiff", "png", "jpg"]
 
@@ -155,17 +159,56 @@ def test_a_shard_damaged_after_start_up_is_named_when_read(verified_shards):
         list(stream)
 
 
+def tar_of(path, members: list[tuple[str, bytes]]) -> None:
+    with tarfile.open(path, "w") as tar:
+        for name, payload in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+
+
 def test_invalid_json_is_skipped_and_counted_like_other_corrupt_samples(tmp_path):
     image = io.BytesIO()
     Image.new("RGB", (8, 8), "red").save(image, format="PNG")
     documents = [b'{"caption": "first"}', b'{"caption": "unterminated', b'["a list"]', b"\xff\xfe",
                  b'{"caption": "last"}']
-    with tarfile.open(tmp_path / "0.tar", "w") as tar:
-        for index, document in enumerate(documents):
-            for name, payload in ((f"k{index}.png", image.getvalue()), (f"k{index}.json", document)):
-                info = tarfile.TarInfo(name)
-                info.size = len(payload)
-                tar.addfile(info, io.BytesIO(payload))
+    tar_of(tmp_path / "0.tar", [member for index, document in enumerate(documents)
+                                for member in ((f"k{index}.png", image.getvalue()), (f"k{index}.json", document))])
     rows = list(ShardStream([str(tmp_path / "0.tar")], buffer_size=0))
     assert [row["caption"] for row in rows] == ["first", "last"]
     assert [row[SKIPPED] for row in rows] == [0, 3]
+
+
+@pytest.fixture
+def damaged_members(tmp_path) -> str:
+    """A shard of six samples k0-k5 whose k1 image is garbage bytes and whose k3 JSON does not parse."""
+    image = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(image, format="PNG")
+    members = []
+    for index in range(6):
+        members.append((f"k{index}.png", b"\x89PNG garbage" if index == 1 else image.getvalue()))
+        members.append((f"k{index}.json", b'{"caption": "k3' if index == 3 else b'{"caption": "k%d"}' % index))
+    tar_of(tmp_path / "0.tar", members)
+    return str(tmp_path / "0.tar")
+
+
+def streamed_batches(shard_url: str, accelerator, tmp_path) -> StreamedBatches:
+    """The training loop's stream of `shard_url` (one sample a batch, unshuffled), read by one data-loader worker."""
+    args = LoopArguments(output_dir=str(tmp_path), train_shards=shard_url, per_device_train_batch_size=1,
+                         dataloader_num_workers=1, shuffle_buffer=0)
+    return StreamedBatches(args, lambda rows: {"captions": [row["caption"] for row in rows]}, accelerator)
+
+
+def test_damaged_members_read_by_a_loader_worker_are_skipped_and_counted(damaged_members, accelerator, tmp_path):
+    batches = streamed_batches(damaged_members, accelerator, tmp_path)
+    assert [batch["captions"] for batch in batches.epoch(0)] == [["k0"], ["k2"], ["k4"], ["k5"]]
+    assert batches.corrupt_samples == 2  # what the loop logs as `corrupt_samples`
+
+
+def test_under_the_error_policy_a_damaged_member_stops_the_stream_naming_shard_and_sample(damaged_members, accelerator,
+                                                                                         tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_LONGCLIP_BAD_SAMPLES", "error")
+    batches = streamed_batches(damaged_members, accelerator, tmp_path)
+    in_the_worker = rf"(?s)in DataLoader worker process 0.*{re.escape(damaged_members)}: sample k1: not an image "
+    with pytest.raises(ValueError, match=in_the_worker + r".*; pass --bad-samples skip"):
+        list(batches.epoch(0))

@@ -1,14 +1,18 @@
 """Launching from tests: the example scripts under a real `accelerate launch`, a test file's own per-rank step
 under `torch.distributed.run`, the environment they run in and the checkpoints they write; a run killed as soon as
-it writes a checkpoint (`kill_when_written`)."""
+it writes a checkpoint (`kill_when_written`), or only one of its processes (`kill_rank_when_written`)."""
 
+import contextlib
 import importlib.util
 import os
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
+import psutil  # a requirement of accelerate
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -65,17 +69,49 @@ def torchrun(test_file: str, *args: str, world_size: int = 2) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
-def kill_when_written(command: list[str], path, env: dict, cwd, timeout: float = 600) -> None:
-    """Start `command` in its own process group and SIGKILL the whole group as soon as `path` exists (a checkpoint
-    of the run); fail if it never appears."""
-    import signal
-    import time
+def kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL `process` and every process under it: torchrun starts each worker in a session of its own, which a
+    signal to the launcher's process group does not reach (the workers would train on, orphaned)."""
+    if process.poll() is None:  # not reaped: the pid is still this process's
+        launcher = psutil.Process(process.pid)
+        for member in [launcher, *launcher.children(recursive=True)]:  # the launcher first: it starts no replacement
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.kill()
+    process.wait()
 
-    process = subprocess.Popen(command, env=env, cwd=cwd, start_new_session=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+
+def kill_when_written(command: list[str], path, env: dict, cwd, timeout: float = 600) -> None:
+    """Start `command` and SIGKILL it with all its processes as soon as `path` exists (a checkpoint of the run); fail
+    if it never appears."""
+    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout
     while not path.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    kill_tree(process)
     assert path.exists(), f"the run ended before writing {path}"
+
+
+def kill_rank_when_written(command: list[str], path, rank: int, env: dict, cwd, exit_within: float,
+                           timeout: float = 600) -> tuple[subprocess.CompletedProcess, int]:
+    """Start `command` (a launch of several processes), SIGKILL only the worker process of `rank` as soon as `path`
+    exists (a checkpoint of the run), and wait at most `exit_within` seconds for the launcher to end (else kill it
+    with all its processes and fail): its result, stdout and stderr together in `stdout`, and the pid killed."""
+    with tempfile.TemporaryFile("w+") as output:
+        process = subprocess.Popen(command, env=env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + timeout
+            while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert path.exists(), f"the run ended before writing {path}"
+            # the launcher's own children are the workers (their data-loader workers share RANK, one level down)
+            worker, = (child for child in psutil.Process(process.pid).children()
+                       if child.environ().get("RANK") == str(rank))
+            worker.kill()
+            try:
+                process.wait(exit_within)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"the launch still ran {exit_within} s after rank {rank} was killed") from None
+        finally:
+            kill_tree(process)
+        output.seek(0)
+        return subprocess.CompletedProcess(command, process.returncode, output.read()), worker.pid

@@ -3,6 +3,10 @@ checkpoints detected and skipped, never loaded."""
 
 import json
 import logging
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -194,3 +198,67 @@ def test_interrupted_write_leaves_the_previous_directory_whole(tmp_path):
     write_atomic_directory(target, lambda d: (d / "weights").write_text("new"))
     assert (target / "weights").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+# A child process that starts writing `step_00000004` in the run directory argv[1] and is killed there.
+HALF_WRITTEN = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from hf_longclip.training.checkpoint import write_atomic_directory
+
+    def write_half(directory):
+        with (directory / "model.safetensors").open("wb") as file:
+            file.write(bytes(4096))
+            file.flush()
+            print("half written", flush=True)
+            time.sleep(120)  # SIGKILLed here
+
+    write_atomic_directory(Path(sys.argv[1]) / "step_00000004", write_half)
+""")
+
+# A child process saving `step_00000004` of a 256 KiB model in the run directory argv[1] with files limited to 64 KiB
+# (SIGXFSZ ignored: writes past the limit fail with EFBIG, as on a full disk with ENOSPC), after which it would keep
+# only that checkpoint (save_total_limit=1).
+SIZE_LIMITED = textwrap.dedent("""
+    import resource, signal, sys
+    import torch
+    from accelerate import Accelerator
+    from hf_longclip.training.checkpoint import save_checkpoint
+
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(torch.nn.Linear(256, 256))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+    save_checkpoint(accelerator, sys.argv[1], 4, {"epoch": 0}, process_state={}, save_total_limit=1)
+""")
+
+
+def test_a_process_killed_while_writing_a_checkpoint_leaves_the_previous_one_latest(saved):
+    """A real SIGKILL (no handler, no unwinding) in the middle of a checkpoint's file: the partial directory is never
+    taken for a checkpoint, `latest` is the previous one, whole, and the next save of that step clears the debris."""
+    child = subprocess.Popen([sys.executable, "-c", HALF_WRITTEN, str(saved)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "half written\n"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert (saved / ".tmp-step_00000004" / "model.safetensors").stat().st_size == 4096  # killed mid-write
+    assert [p.name for p in list_checkpoints(saved)] == ["step_00000001", "step_00000002", "step_00000003"]
+    assert resolve_resume(saved, "latest") == saved / "step_00000003"
+    assert checkpoint_problem(saved / "step_00000003") is None
+    write_atomic_directory(saved / "step_00000004", lambda d: (d / "weights").write_text("whole"))
+    assert not (saved / ".tmp-step_00000004").exists()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="file-size limits are POSIX")
+def test_a_save_past_a_file_size_limit_is_an_error_naming_the_checkpoint_and_keeps_the_previous(saved):
+    result = subprocess.run([sys.executable, "-c", SIZE_LIMITED, str(saved)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1
+    error = result.stderr.splitlines()[-1]  # the reason in safetensors' words: "... File too large (os error 27)"
+    assert error.startswith(f"OSError: could not write {saved / 'step_00000004'} (SafetensorError: "), error
+    assert error.endswith("File too large (os error 27)): nothing was replaced"), error
+    # nothing rotated away, no debris: the previous checkpoints are whole and the newest is still `latest`
+    assert sorted(p.name for p in saved.iterdir()) == ["step_00000001", "step_00000002", "step_00000003"]
+    assert all(checkpoint_problem(path) is None for path in list_checkpoints(saved))
+    assert resolve_resume(saved, "latest") == saved / "step_00000003"

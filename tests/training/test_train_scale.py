@@ -1,11 +1,13 @@
 """examples/train_himo.py at scale, on CPU under a real `accelerate launch`: 2-process DDP and DeepSpeed ZeRO-2/3
-follow the single-process loss curve on the same global batch, a SIGKILLed run resumes to the same weights, the
-training options run, LoRA trains and merges, and `--push_to_hub` publishes a checkpoint that loads by repo id.
+follow the single-process loss curve on the same global batch, a SIGKILLed run (or one of its processes: the launch
+then fails, naming its rank) resumes to the same weights, the training options run, LoRA trains and merges, and
+`--push_to_hub` publishes a checkpoint that loads by repo id.
 
 Each launch trains one tiny HiMo-CLIP (width 32, one layer) on 128 synthetic scenes for a few steps.
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from helpers.launch import (
     CONFIGS,
     NOISE_ONLY,
     accelerate_launch,
+    kill_rank_when_written,
     kill_when_written,
     needs_deepspeed,
     run,
@@ -79,31 +82,43 @@ def test_two_processes_follow_the_single_process_loss_curve(engine, single_proce
         json.loads((single_process / "results.json").read_text())["results"]["himo-clip"]["r1_i2t"])
 
 
-def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(datasets_cache, tmp_path):
-    """The loop's resume after a kill, end to end, once for every model (no per-model kill test): two DDP processes
-    with gradient caching (each process's contrastive batch encoded 4 samples at a time), killed after its first
-    checkpoint, resumed from `latest` to the uninterrupted run's weights and history; the only test that kills a
-    multi-process run of the loop and resumes it with the checkpoint rotation (`--save_total_limit`) at work. A
-    model's own state across a resume is tested where it has some: the task-state test (training/test_task_state.py),
-    PO-HNM's queues (recipes/onelip) and the streamed shards' position (data/test_shards.py)."""
-    processes = 2
-    engine = ["--config_file", str(CONFIGS / "multi_gpu.yaml"), "--num_processes", str(processes)]
-    steps = ["--max_steps", "60", "--checkpointing_steps", "10", "--save_total_limit", "2", "--eval_steps", "20",
-             "--contrastive_batch_size", str(GLOBAL_BATCH // processes), "--per_device_train_batch_size", "4"]
-    uninterrupted = tmp_path / "uninterrupted"
-    run(launch_command(uninterrupted, engine, *steps), script_env(datasets_cache), tmp_path)
+PROCESSES = 2
+DDP = ["--config_file", str(CONFIGS / "multi_gpu.yaml"), "--num_processes", str(PROCESSES)]
+# with gradient caching: each process's contrastive batch encoded 4 samples at a time
+KILLED_STEPS = ["--max_steps", "60", "--checkpointing_steps", "10", "--save_total_limit", "2", "--eval_steps", "20",
+                "--contrastive_batch_size", str(GLOBAL_BATCH // PROCESSES), "--per_device_train_batch_size", "4"]
 
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, datasets_cache) -> Path:
+    """What a killed run, resumed, must end with: the same two DDP processes, never killed."""
+    output_dir = tmp_path_factory.mktemp("uninterrupted")
+    run(launch_command(output_dir, DDP, *KILLED_STEPS), script_env(datasets_cache), output_dir)
+    return output_dir
+
+
+def assert_same_weights(run_dir: Path, expected_dir: Path) -> None:
+    resumed, expected = weights(run_dir / "himo-clip"), weights(expected_dir / "himo-clip")
+    assert resumed.keys() == expected.keys()
+    for name in expected:
+        torch.testing.assert_close(resumed[name], expected[name], atol=1e-6, rtol=0, msg=name)
+
+
+def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(uninterrupted, datasets_cache, tmp_path):
+    """The loop's resume after a kill, end to end, once for every model (no per-model kill test): two DDP processes
+    with gradient caching, killed after its first checkpoint, resumed from `latest` to the uninterrupted run's
+    weights and history; the only test that kills a multi-process run of the loop and resumes it with the checkpoint
+    rotation (`--save_total_limit`) at work. A model's own state across a resume is tested where it has some: the
+    task-state test (training/test_task_state.py), PO-HNM's queues (recipes/onelip) and the streamed shards'
+    position (data/test_shards.py)."""
     interrupted = tmp_path / "interrupted"
-    command = launch_command(interrupted, engine, *steps)
+    command = launch_command(interrupted, DDP, *KILLED_STEPS)
     first_checkpoint = interrupted / "checkpoints" / "himo-clip" / "step_00000010"
     kill_when_written(command, first_checkpoint, script_env(datasets_cache), tmp_path)
     assert not (interrupted / "himo-clip").exists(), "the run finished before it was killed"
 
     run([*command, "--resume_from_checkpoint", "latest"], script_env(datasets_cache), tmp_path)
-    resumed, expected = weights(interrupted / "himo-clip"), weights(uninterrupted / "himo-clip")
-    assert resumed.keys() == expected.keys()
-    for name in expected:
-        torch.testing.assert_close(resumed[name], expected[name], atol=1e-6, rtol=0, msg=name)
+    assert_same_weights(interrupted, uninterrupted)
     history = json.loads((interrupted / "results.json").read_text())["training"]["himo-clip"]
     expected_history = json.loads((uninterrupted / "results.json").read_text())["training"]["himo-clip"]
     assert [h["step"] for h in history] == list(range(1, 61))
@@ -113,6 +128,25 @@ def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(datasets_cach
         assert values[0] == pytest.approx(values[1], rel=1e-6), key
     kept = sorted(p.name for p in (interrupted / "checkpoints" / "himo-clip").iterdir())
     assert kept == ["step_00000050", "step_00000060"]
+
+
+def test_one_killed_process_ends_the_launch_naming_its_rank_and_the_run_resumes(uninterrupted, datasets_cache,
+                                                                                 tmp_path):
+    """SIGKILL of rank 1 alone, mid-step after the first checkpoint: its peer, left waiting in a gloo collective,
+    does not hang the run: torchrun's agent ends it and the launch fails within seconds, its report naming rank 1
+    and the signal; `latest` then resumes to the uninterrupted run's weights."""
+    interrupted = tmp_path / "interrupted"
+    command = launch_command(interrupted, DDP, *KILLED_STEPS)
+    first_checkpoint = interrupted / "checkpoints" / "himo-clip" / "step_00000010"
+    launch, killed = kill_rank_when_written(command, first_checkpoint, 1, script_env(datasets_cache), tmp_path,
+                                            exit_within=120)
+    assert launch.returncode == 1, launch.stdout[-3000:]
+    assert re.search(rf"rank +: 1 \(local_rank: 1\)\n +exitcode +: -9 \(pid: {killed}\) +\(SIGKILL\)",
+                     launch.stdout), launch.stdout[-3000:]
+    assert not (interrupted / "himo-clip").exists(), "the run finished before it was killed"
+
+    run([*command, "--resume_from_checkpoint", "latest"], script_env(datasets_cache), tmp_path)
+    assert_same_weights(interrupted, uninterrupted)
 
 
 def test_training_options_run_together(datasets_cache, tmp_path):

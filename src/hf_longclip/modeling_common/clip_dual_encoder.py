@@ -9,7 +9,7 @@ from torch import nn
 from transformers import CLIPModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling
-from transformers.utils import TransformersKwargs
+from transformers.utils import TransformersKwargs, logging
 
 from hf_longclip.modeling_common.dual_encoder import (
     DualEncoderMixin,
@@ -17,10 +17,13 @@ from hf_longclip.modeling_common.dual_encoder import (
     end_of_text_positions,
     load_clip_model,
 )
+from hf_longclip.modeling_common.initialization import InitializesEveryModuleMixin
 from hf_longclip.modeling_common.positions import stretch_position_embeddings
 
+logger = logging.get_logger(__name__)
 
-class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
+
+class CLIPDualEncoder(InitializesEveryModuleMixin, DualEncoderMixin, CLIPModel):
     """A `CLIPModel` that saves its own code, checks its texts' end-of-text tokens and starts from CLIP checkpoints.
 
     The logit scale is a shape-(1,) parameter (DeepSpeed rejects 0-dim parameters), initialised by `_init_weights`
@@ -71,6 +74,9 @@ class CLIPDualEncoder(DualEncoderMixin, CLIPModel):
                    if not name.endswith("position_ids") and not name.startswith(cls.new_weight_prefixes)]
         if missing:
             raise ValueError(f"weights missing from the CLIP checkpoint: {sorted(missing)}")
+        if cls.new_weight_prefixes:
+            new = ", ".join(prefix.rstrip(".") for prefix in cls.new_weight_prefixes)
+            logger.warning(f"{cls.__name__}.from_clip: {new} not in CLIP, at their initialisation (`_init_weights`)")
         return model.to(clip.dtype)
 
     def get_text_features(

@@ -6,7 +6,8 @@ batches consumed in the epoch), the logged history, the arguments that shape the
 manifest (size and XXH3-128 hash of every other file: any truncated, missing or altered file, down to one flipped
 byte, is refused on resume, naming the file; checkpoints written with SHA-256 manifests are still checked).
 Each is written under a hidden temporary name and renamed into place only when complete, so a killed run leaves
-either a whole checkpoint or a `.tmp-*` directory that is ignored and cleaned up.
+either a whole checkpoint or a `.tmp-*` directory that is ignored and cleaned up; a save that fails (a full disk) is
+an error naming the checkpoint, and leaves no `.tmp-*` directory.
 
 The manifest costs a small share of the save (benchmarks/bench_checkpoint.py): XXH3 hashes at memory speed (about
 12 GB/s on one core, against 1 GB/s for SHA-256), and the files are hashed while they are written
@@ -179,7 +180,9 @@ def write_atomic_directory(target: Path, write: Callable[[Path], None], is_main_
     """Run `write(temp_dir)` on every process, then (main process) rename `temp_dir` to `target`.
 
     An existing `target` is replaced only after the new one is complete. `wait_for_everyone` is the barrier
-    between processes writing shards of one directory (accelerate's `wait_for_everyone`).
+    between processes writing shards of one directory (accelerate's `wait_for_everyone`). A write that fails (a full
+    disk, a file-size limit: the writers' errors rarely name the file) is an OSError naming `target`, with the
+    writer's error as its cause; the main process removes `temp_dir`, and `target` is left as it was.
     """
     target = Path(target)
     temp = target.with_name(_TEMP_PREFIX + target.name)
@@ -187,10 +190,16 @@ def write_atomic_directory(target: Path, write: Callable[[Path], None], is_main_
         shutil.rmtree(temp, ignore_errors=True)
         temp.mkdir(parents=True)
     wait_for_everyone()
-    write(temp)
-    wait_for_everyone()
+    try:
+        write(temp)
+        wait_for_everyone()
+        if is_main_process:
+            _fsync_tree(temp)  # a full disk may show only here (delayed allocation)
+    except Exception as error:
+        if is_main_process:
+            shutil.rmtree(temp, ignore_errors=True)
+        raise OSError(f"could not write {target} ({type(error).__name__}: {error}): nothing was replaced") from error
     if is_main_process:
-        _fsync_tree(temp)
         if target.exists():
             old = target.with_name(_TEMP_PREFIX + "old-" + target.name)
             shutil.rmtree(old, ignore_errors=True)

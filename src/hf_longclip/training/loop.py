@@ -223,10 +223,11 @@ def train(
                 args.process_batch_size
         model, optimizer = accelerator.prepare(model, optimizer)
     else:
+        sampler = EpochShuffleSampler(len(train_dataset), args.seed)
         loader = DataLoader(
             train_dataset,
             batch_size=args.process_batch_size,
-            sampler=EpochShuffleSampler(len(train_dataset), args.seed),
+            sampler=sampler,
             drop_last=True,  # the contrastive gather needs equal batches on every process
             collate_fn=CaptionCountingCollator(task.collate_fn),  # (batch, the texts its processor cut)
             num_workers=args.dataloader_num_workers,
@@ -292,6 +293,9 @@ def train(
                 epoch, batches_done = epoch + 1, 0
             batches = accelerator.skip_first_batches(loader, batches_done) if batches_done else loader
             batches.set_epoch(epoch)  # accelerate's loaders hand their own epoch count to the sampler at each pass
+            # but not past skip_first_batches' wrapper of a sharded batch sampler (a resume mid-epoch under several
+            # processes would replay epoch 0's order)
+            sampler.set_epoch(epoch)
         for batch in batches:
             if not args.train_shards:
                 batch, counts = batch

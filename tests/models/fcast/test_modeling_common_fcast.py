@@ -195,6 +195,15 @@ class FCASTModelTest(DualEncoderCommonTests, unittest.TestCase):
             self.assertEqual(saved_options(FCASTModel.from_pretrained(tmp_dir_name)),
                              json.loads(json.dumps(task.options())))
 
+    @unittest.skip(
+        reason="a fresh FCASTModel keeps its constructors' draws for the adapter and the pooling "
+        "(`keeps_constructor_draws_when_fresh`: the published figures' seeds), so its values differ from "
+        "`_init_weights`' draws of the same distributions, which weights a checkpoint lacks get "
+        "(tests/models/test_missing_weights.py checks those)"
+    )
+    def test_can_init_all_missing_weights(self):
+        pass
+
     def test_load_vision_text_config(self):
         config, _ = self.model_tester.prepare_config_and_inputs()
         with tempfile.TemporaryDirectory() as tmp_dir_name:

@@ -28,16 +28,19 @@ def test_pretraining_task_is_the_whole_level_sigmoid_loss_and_freezes_the_rest()
         FCASTPretrainingTask(tiny_fcast(row="fcast"), None)
 
 
-def test_a_variant_takes_the_towers_of_its_base_and_keeps_its_own_new_parts():
+def test_a_variant_takes_the_towers_of_its_base_and_keeps_its_own_new_parts(caplog):
     config = tiny_config("flair-cast")
     config.text_config.num_hidden_layers = 3  # the flat encoder: stage 1's 2 layers + stage 2's 1, in one stack
     torch.manual_seed(1)
     base = FCASTModel(config)
     model = tiny_fcast(seed=2, row="fcast")  # hierarchical: stage 1 of 2 layers, stage 2, adapter, pooling
     before = {name: value.clone() for name, value in model.state_dict().items()}
-    left = start_from_base(model, base)
+    with caplog.at_level("INFO", logger="hf_longclip.recipes.fcast.task"):
+        left = start_from_base(model, base)
     assert {name.split(".")[0] for name in left} == {"grounding_pool", "part_logit_scale", "part_logit_bias",
                                                      "text_stage2", "text_adapter"}
+    assert ("at their initialisation (`_init_weights`): grounding_pool, part_logit_bias, part_logit_scale, "
+            "text_adapter, text_stage2") in caplog.text
     given = base.state_dict()
     for name, value in model.state_dict().items():
         if name in left:

@@ -22,6 +22,7 @@ from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from hf_longclip.modeling_common.initialization import InitializesEveryModuleMixin
 from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 from .configuration_cast import STEM_STRIDE, CASTVisionConfig
@@ -193,7 +194,7 @@ def batch_padded_segments(valid: torch.Tensor) -> torch.Tensor:
     return (ids <= last).expand_as(valid)
 
 
-class CASTPreTrainedModel(CodeBundleMixin, PreTrainedModel):
+class CASTPreTrainedModel(InitializesEveryModuleMixin, CodeBundleMixin, PreTrainedModel):
     """
     CAST's initialisation (`_init_weights`), attention support and the outputs it can record (hidden states and
     attentions of the transformer blocks).

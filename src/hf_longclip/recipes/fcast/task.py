@@ -3,6 +3,7 @@ caption (App. C), the other K - N chunks of its other captions (Sec. 3.3, Eq. 4)
 (Eq. 6-8), or FLAIR's flat loss for Table 2's baseline rows."""
 
 import hashlib
+import logging
 import random
 from dataclasses import dataclass
 
@@ -13,6 +14,8 @@ from hf_longclip.models.fcast.chunking import sample_sub_captions
 from hf_longclip.objectives.fcast import FCASTLoss, FLAIRLoss
 from hf_longclip.objectives.losses import gather_with_grad, sigmoid_loss
 from hf_longclip.training.task import ContrastiveTask
+
+logger = logging.getLogger(__name__)
 
 OBJECTIVES = ("fcast", "flair")
 
@@ -153,12 +156,15 @@ def start_from_base(model: torch.nn.Module, base: torch.nn.Module) -> list[str]:
     """Copy into `model` every weight of the pretrained `base` (`FCASTPretrainingTask`) that `model` has under the
     same name and shape, except `NOT_FROM_BASE`: both towers and projections, the hierarchical encoder's stage 1
     from the flat encoder's first layers. Returns the names of `model`'s weights left at their initialisation (the
-    hierarchical stage 2 and adapter, the pooling, the part level)."""
+    hierarchical stage 2 and adapter, the pooling, the part level), and logs the modules they belong to."""
     own, given = model.state_dict(), base.state_dict()
     taken = {name: value for name, value in given.items()
              if name in own and own[name].shape == value.shape and not name.startswith(NOT_FROM_BASE)}
     model.load_state_dict(taken, strict=False)
-    return sorted(set(own) - set(taken))
+    left = sorted(set(own) - set(taken))
+    logger.info("started from the base; at their initialisation (`_init_weights`): %s",
+                ", ".join(sorted({name.split(".")[0] for name in left})))
+    return left
 
 
 __all__ = ["FCASTCollator", "FCASTPretrainingTask", "FCASTTask", "start_from_base"]
