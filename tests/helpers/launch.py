@@ -80,15 +80,21 @@ def kill_tree(process: subprocess.Popen) -> None:
     process.wait()
 
 
+def written(checkpoint: Path) -> bool:
+    """Whether the run has written `checkpoint` (`<run>/step_<n>`) or a later one: rotation (`save_total_limit`)
+    may delete it before a loaded machine's poll sees it."""
+    return any(path.name >= checkpoint.name for path in checkpoint.parent.glob("step_*"))
+
+
 def kill_when_written(command: list[str], path, env: dict, cwd, timeout: float = 600) -> None:
-    """Start `command` and SIGKILL it with all its processes as soon as `path` exists (a checkpoint of the run); fail
-    if it never appears."""
+    """Start `command` and SIGKILL it with all its processes as soon as `path` (a checkpoint of the run) or a later
+    checkpoint exists; fail if none appears."""
     process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout
-    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+    while not written(path) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     kill_tree(process)
-    assert path.exists(), f"the run ended before writing {path}"
+    assert written(path), f"the run ended before writing {path}"
 
 
 def kill_rank_when_written(command: list[str], path, rank: int, env: dict, cwd, exit_within: float,
@@ -100,9 +106,9 @@ def kill_rank_when_written(command: list[str], path, rank: int, env: dict, cwd, 
         process = subprocess.Popen(command, env=env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, text=True)
         try:
             deadline = time.monotonic() + timeout
-            while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+            while not written(path) and process.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert path.exists(), f"the run ended before writing {path}"
+            assert written(path), f"the run ended before writing {path}"
             # the launcher's own children are the workers (their data-loader workers share RANK, one level down)
             worker, = (child for child in psutil.Process(process.pid).children()
                        if child.environ().get("RANK") == str(rank))

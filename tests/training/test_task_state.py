@@ -37,7 +37,8 @@ def test_killed_run_resumes_with_the_task_state_of_an_uninterrupted_run(tmp_path
     kill_when_written(_command(interrupted), first_checkpoint, _env(tmp_path), tmp_path)
     assert not (interrupted / "model").exists(), "the run finished before it was killed"
     # what the checkpoint holds is the queue at that step: full, since 4 steps of 8 samples exceed its 24 rows
-    saved = torch.load(first_checkpoint / "process_state_0.pt", weights_only=True)
+    checkpoint = max(first_checkpoint.parent.glob("step_*"))  # that one or a later one (`kill_when_written`)
+    saved = torch.load(checkpoint / "process_state_0.pt", weights_only=True)
     assert saved["task"]["queue"].shape == (24, 16)
 
     result = subprocess.run(_command(interrupted, "--resume"), env=_env(tmp_path), capture_output=True, text=True,
