@@ -86,29 +86,35 @@ def written(checkpoint: Path) -> bool:
     return any(path.name >= checkpoint.name for path in checkpoint.parent.glob("step_*"))
 
 
+def wait_until_written(process: subprocess.Popen, path: Path, timeout: float) -> None:
+    """Poll until `path` (a checkpoint of the run) or a later checkpoint exists; fail if `process` ends, or
+    `timeout` seconds pass, first."""
+    deadline = time.monotonic() + timeout
+    while not written(path) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert written(path), f"the run ended before writing {path}"
+
+
 def kill_when_written(command: list[str], path, env: dict, cwd, timeout: float = 600) -> None:
     """Start `command` and SIGKILL it with all its processes as soon as `path` (a checkpoint of the run) or a later
     checkpoint exists; fail if none appears."""
     process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout
-    while not written(path) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    kill_tree(process)
-    assert written(path), f"the run ended before writing {path}"
+    try:
+        wait_until_written(process, path, timeout)
+    finally:
+        kill_tree(process)
 
 
 def kill_rank_when_written(command: list[str], path, rank: int, env: dict, cwd, exit_within: float,
                            timeout: float = 600) -> tuple[subprocess.CompletedProcess, int]:
     """Start `command` (a launch of several processes), SIGKILL only the worker process of `rank` as soon as `path`
-    exists (a checkpoint of the run), and wait at most `exit_within` seconds for the launcher to end (else kill it
-    with all its processes and fail): its result, stdout and stderr together in `stdout`, and the pid killed."""
+    (a checkpoint of the run) or a later checkpoint exists, and wait at most `exit_within` seconds for the launcher
+    to end (else kill it with all its processes and fail): its result, stdout and stderr together in `stdout`, and
+    the pid killed."""
     with tempfile.TemporaryFile("w+") as output:
         process = subprocess.Popen(command, env=env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, text=True)
         try:
-            deadline = time.monotonic() + timeout
-            while not written(path) and process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert written(path), f"the run ended before writing {path}"
+            wait_until_written(process, path, timeout)
             # the launcher's own children are the workers (their data-loader workers share RANK, one level down)
             worker, = (child for child in psutil.Process(process.pid).children()
                        if child.environ().get("RANK") == str(rank))
