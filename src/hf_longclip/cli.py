@@ -111,6 +111,7 @@ def _convert(args: argparse.Namespace) -> None:
     what = "text encoder" if args.text_encoder_only else "CLIPModel" if args.as_clip else type(model).__name__
     print(f"wrote the {what} converted from {args.checkpoint} to {output}/"
           + ("" if processor is not None else " (no processor: pass --tokenizer or --bpe-file to add one)"))
+    _write_single_file(model, args.single_file)
     if args.push_to_hub:
         from hf_longclip.training.hub import push_to_hub
 
@@ -130,6 +131,19 @@ def _export_clip(args: argparse.Namespace) -> None:
     output = save_as_clip(model, processor, args.output_dir)
     print(f"wrote a CLIPModel and CLIPProcessor ({model.config.text_config.max_position_embeddings} text positions) "
           f"to {output}/: they load with transformers' CLIPModel / CLIPProcessor, no remote code")
+    _write_single_file(model, args.single_file)
+
+
+def _write_single_file(model, path: Path | None) -> None:
+    """`--single-file`: the text encoder as one .safetensors file, for ComfyUI, Forge, kohya, OneTrainer."""
+    if path is None:
+        return
+    from hf_longclip.integrations.diffusion import save_single_file_text_encoder
+
+    save_single_file_text_encoder(model, path)
+    positions = model.config.text_config.max_position_embeddings
+    print(f"wrote the text encoder ({positions} positions, width {model.config.text_config.hidden_size}) as one "
+          f"file, {path}: the layout ComfyUI's CLIP loaders, Forge and kohya read")
 
 
 def _dataset_name(value: str) -> str:
@@ -382,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     written.add_argument("--as-clip", action="store_true",
                          help="longclip / himo: write a plain transformers CLIPModel + CLIPProcessor (248 text "
                               "positions) that loads with no remote code (default: off)")
+    convert.add_argument("--single-file", type=Path, metavar="FILE.safetensors",
+                         help="also write the CLIP text encoder (with its projection) as one .safetensors file in the "
+                              "layout ComfyUI, Forge and kohya load (longclip / himo; default: not written)")
     convert.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload it, with a model card, to this Hub "
                                                                    "repository (default: no upload)")
     convert.set_defaults(run=_convert)
@@ -390,6 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
                                              "CLIPModel + CLIPProcessor that loads with no remote code")
     export_clip.add_argument("model", help="a HiMoCLIPModel checkpoint directory or Hub id (no code of it runs)")
     export_clip.add_argument("output_dir", type=Path, help="where the CLIPModel and CLIPProcessor go")
+    export_clip.add_argument("--single-file", type=Path, metavar="FILE.safetensors",
+                             help="also write the text encoder (with its projection) as one .safetensors file in the "
+                                  "layout ComfyUI, Forge and kohya load (default: not written)")
     export_clip.set_defaults(run=_export_clip)
 
     shard = add_command("shard", "write training data as WebDataset tar shards with a manifest, for --train_shards")

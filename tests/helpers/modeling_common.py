@@ -365,9 +365,11 @@ class DualEncoderCommonTests(ModelTesterMixin):
     def test_model_get_set_embeddings(self):
         pass
 
-    # CLIPModelTest leaves `test_can_init_all_missing_weights` to the mixin, which skips models from before 2023 (by
-    # the configuration file's copyright year, absent here); ours run it (`InitializesEveryModuleMixin`).
-    test_can_init_all_missing_weights_before_2023 = True
+    @unittest.skip(reason="transformers' test seeds each module's initialisation through its private "
+                  "`PreTrainedModel._initialize_weights`, which the remote code does not call (it runs on every "
+                  "release: `InitializesEveryModuleMixin`); tests/models/test_missing_weights.py checks the property")
+    def test_can_init_all_missing_weights(self):
+        pass
 
     def test_load_vision_text_config(self):
         config, _ = self.model_tester.prepare_config_and_inputs_for_common()

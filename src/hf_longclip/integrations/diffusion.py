@@ -54,11 +54,14 @@ import copy
 from collections.abc import Callable
 from pathlib import Path
 
+from safetensors.torch import save
 from transformers import CLIPTextModel, CLIPTextModelWithProjection, PreTrainedModel, PreTrainedTokenizerBase
 from transformers import initialization as init
 
+from hf_longclip.fileio import write_atomic
 from hf_longclip.modeling_common.clip_dual_encoder import CLIPDualEncoder
 from hf_longclip.modeling_common.positions import stretch_position_embeddings
+from hf_longclip.modeling_common.transformers_compat import nested_text_state_dict
 from hf_longclip.models.onelip.modeling_onelip import OneLIPModel, OneLIPTextModel
 
 CLIP_TEXT_POSITIONS = 77
@@ -78,12 +81,12 @@ def _clip_text_encoder(model: CLIPDualEncoder, with_projection: bool) -> CLIPTex
     initialisation, so it leaves torch's random state as it was. (In transformers 5, `model.text_model` is itself a
     `CLIPTextModel`.)"""
     text_config = copy.deepcopy(model.config.text_config)
+    text_config.projection_dim = model.config.projection_dim  # its config also describes the single file's projection
     with init.no_init_weights():
         if not with_projection:
             encoder = CLIPTextModel(text_config)
             encoder.load_state_dict(model.text_model.state_dict())
         else:
-            text_config.projection_dim = model.config.projection_dim
             encoder = CLIPTextModelWithProjection(text_config)
             encoder.text_model.load_state_dict(model.text_model.state_dict())
             encoder.text_projection.load_state_dict(model.text_projection.state_dict())
@@ -157,10 +160,43 @@ def save_text_encoder(model, processor, output_dir: str | Path) -> Path:
     output_dir = Path(output_dir)
     encoder, max_length = text_encoder_for_diffusion(model)
     encoder.save_pretrained(output_dir)
+    if isinstance(encoder, CLIPTextModel):  # the names every transformers release loads, 4.57 included
+        weights = output_dir / "model.safetensors"
+        state = nested_text_state_dict({k: v.contiguous() for k, v in encoder.state_dict().items()})
+        write_atomic(weights, save(state, metadata={"format": "pt"}))
     if processor is not None:
         processor.tokenizer.model_max_length = max_length
         processor.tokenizer.save_pretrained(output_dir)
     return output_dir
+
+
+def single_file_text_encoder(model) -> dict:
+    """`model`'s CLIP text tower with its projection as one state dict in the layout image-generation tools load a
+    standalone text encoder from (ComfyUI's CLIPLoader / DualCLIPLoader, Forge, kohya, OneTrainer):
+    transformers' `CLIPTextModelWithProjection` names, `text_model.*` and `text_projection.weight`. Its width says
+    CLIP-L (768) or CLIP-G / bigG (1280, SDXL's second encoder), its position table (`text_model.embeddings.
+    position_embedding.weight`, 248 rows for HiMo-CLIP and Long-CLIP) that it is a long one (ComfyUI picks its
+    Long-CLIP text model by those 248 rows). HiMo-CLIP, Long-CLIP and DITM have such a tower; OneLIP's rotary one has
+    no such layout (TypeError)."""
+    if not isinstance(model, CLIPDualEncoder):
+        raise TypeError(f"a single-file text encoder is a CLIP text tower (HiMo-CLIP, Long-CLIP, DITM); "
+                        f"{type(model).__name__}'s is not: write its text encoder folder (--text-encoder-only), which "
+                        f"carries its code")
+    encoder = _clip_text_encoder(model, with_projection=True)
+    return nested_text_state_dict({key: value.contiguous() for key, value in encoder.state_dict().items()
+                                   if not key.endswith("position_ids")})
+
+
+def save_single_file_text_encoder(model, path: str | Path) -> Path:
+    """Write `single_file_text_encoder(model)` to the `.safetensors` file `path` (`hf-longclip convert
+    --single-file`, `hf-longclip export-clip --single-file`)."""
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        raise ValueError(f"the single-file text encoder is a .safetensors file, got {path}")
+    state = single_file_text_encoder(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, save(state, metadata={"format": "pt"}))
+    return path
 
 
 def stretch_clip_text_encoder(encoder: CLIPTextModel | CLIPTextModelWithProjection):

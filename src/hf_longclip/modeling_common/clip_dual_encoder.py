@@ -2,14 +2,11 @@
 the end-of-text check (`end_of_text_positions`) and a shape-(1,) logit scale (the feature functions and the joint
 forward pass are `DualEncoderMixin`'s). DITM adds its image pooling."""
 
-from typing import Unpack
-
 import torch
 from torch import nn
 from transformers import CLIPModel
-from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling
-from transformers.utils import TransformersKwargs, logging
+from transformers.utils import logging
 
 from hf_longclip.modeling_common.dual_encoder import (
     DualEncoderMixin,
@@ -19,6 +16,7 @@ from hf_longclip.modeling_common.dual_encoder import (
 )
 from hf_longclip.modeling_common.initialization import InitializesEveryModuleMixin
 from hf_longclip.modeling_common.positions import stretch_position_embeddings
+from hf_longclip.modeling_common.transformers_compat import init
 
 logger = logging.get_logger(__name__)
 
@@ -84,7 +82,7 @@ class CLIPDualEncoder(InitializesEveryModuleMixin, DualEncoderMixin, CLIPModel):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
+        **kwargs,
     ) -> BaseModelOutputWithPooling:
         r"""
         CLIP's `get_text_features` after checking the token ids (`check_input_ids`) and that every text has its

@@ -1,4 +1,16 @@
-"""What the models' configurations share."""
+"""What the models' configurations share. The configurations are written as transformers' own were up to 5.4 and
+as remote code still is (an `__init__` taking the fields, `super().__init__(**kwargs)`): 4.57 and 5.0-5.4 run
+that `__init__` as it is, and 5.5 and later keep a subclass's own `__init__` when they make it a dataclass."""
+
+
+def sub_config_dict(value) -> dict:
+    """A sub-configuration given as None, a dict or a configuration, as the dict its class is built from (without
+    `model_type`, which names the class, not a field): 4.57 builds CLIP's sub-configurations from dicts only."""
+    if value is None:
+        return {}
+    as_dict = dict(value) if isinstance(value, dict) else value.to_dict()
+    as_dict.pop("model_type", None)
+    return as_dict
 
 
 class RefusesPlainCLIPMixin:

@@ -3,16 +3,16 @@ functions and joint forward pass, where it pools a text, the checks of its input
 `check_pixel_values`: free, no host synchronisation) and how a CLIP to start from is loaded (`load_clip_model`)."""
 
 from dataclasses import dataclass
-from typing import Unpack
 
 import torch
 import torch.nn.functional as F
 from transformers import AutoModel, CLIPModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.models.clip.modeling_clip import CLIPOutput
-from transformers.utils import TransformersKwargs, can_return_tuple, is_tracing
 
 from hf_longclip.modeling_common.saving import CodeBundleMixin
+from hf_longclip.modeling_common.transformer import is_tracing, returns_tuple_when_asked
+from hf_longclip.modeling_common.transformers_compat import tower_outputs
 
 
 @dataclass
@@ -79,11 +79,37 @@ class DualEncoderMixin(CodeBundleMixin):
     def _auto_classes_also_loading(self) -> dict[str, type]:
         return {**super()._auto_classes_also_loading(), "AutoModelForZeroShotImageClassification": type(self)}
 
-    #: CLIP's own: the text tower's outputs with `pooler_output` the projected end-of-text embedding (no image)
-    get_text_features = CLIPModel.get_text_features
+    @returns_tuple_when_asked
+    def get_text_features(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling:
+        r"""
+        CLIP's `get_text_features`: the text tower's outputs, with `pooler_output` the projected end-of-text
+        embedding (no image).
 
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                Token ids, as the model's processor gives them.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 for real tokens, 0 for padding.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Position of each token (defaults to 0, 1, ...).
+
+        Returns:
+            [`~modeling_outputs.BaseModelOutputWithPooling`] (a tuple with `return_dict=False`).
+        """
+        outputs = tower_outputs(self.text_model, input_ids=input_ids, attention_mask=attention_mask,
+                                position_ids=position_ids, **kwargs)
+        outputs.pooler_output = self.text_projection(outputs.pooler_output)
+        return outputs
+
+    @returns_tuple_when_asked
     def get_image_features(
-        self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False, **kwargs: Unpack[TransformersKwargs]
+        self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False, **kwargs
     ) -> BaseModelOutputWithPooling:
         r"""
         CLIP's `get_image_features` after `check_pixel_values`: the vision tower's outputs, with `pooler_output` the
@@ -99,9 +125,12 @@ class DualEncoderMixin(CodeBundleMixin):
             [`~modeling_outputs.BaseModelOutputWithPooling`] (a tuple with `return_dict=False`).
         """
         check_pixel_values(pixel_values)
-        return CLIPModel.get_image_features(self, pixel_values, interpolate_pos_encoding, **kwargs)
+        outputs = tower_outputs(self.vision_model, pixel_values=pixel_values,
+                                interpolate_pos_encoding=interpolate_pos_encoding, **kwargs)
+        outputs.pooler_output = self.visual_projection(outputs.pooler_output)
+        return outputs
 
-    @can_return_tuple
+    @returns_tuple_when_asked
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -110,7 +139,7 @@ class DualEncoderMixin(CodeBundleMixin):
         position_ids: torch.LongTensor | None = None,
         return_loss: bool | None = None,
         interpolate_pos_encoding: bool = False,
-        **kwargs: Unpack[TransformersKwargs],
+        **kwargs,
     ) -> DualEncoderOutput:
         r"""
         Both towers on a batch of texts and images: their embeddings, L2-normalised, and CLIP's scaled cosine logits.
@@ -140,7 +169,7 @@ class DualEncoderMixin(CodeBundleMixin):
         return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, return_loss)
 
     def encode_pair(self, input_ids, pixel_values, attention_mask=None, position_ids=None,
-                    interpolate_pos_encoding: bool = False, **kwargs: Unpack[TransformersKwargs]):
+                    interpolate_pos_encoding: bool = False, **kwargs):
         """Both towers: (vision outputs, text outputs, L2-normalised image embeds, L2-normalised text embeds)."""
         vision_outputs = self.get_image_features(
             pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs

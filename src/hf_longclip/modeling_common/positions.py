@@ -7,9 +7,6 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PretrainedConfig
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 LONGCLIP_KEEP_POSITIONS = 20
 LONGCLIP_STRETCH_FACTOR = 4
@@ -73,23 +70,19 @@ def ntk_inverse_frequencies(
     head_dim: int, base_length: int, target_length: int, gamma: float = 8.0, theta: float = 10000.0
 ) -> torch.Tensor:
     """RoPE inverse frequencies with OneLIP's NTK scaling (Sec. 4.1): the base theta is multiplied by
-    ((gamma * T_g / T_f) - (gamma - 1)) ** (d / (d - 2)), T_f = `base_length`, T_g = `target_length`.
-
-    This is transformers' dynamic-NTK initialisation evaluated at T_g, so it is computed by that utility.
-    """
+    ((gamma * T_g / T_f) - (gamma - 1)) ** (d / (d - 2)), T_f = `base_length`, T_g = `target_length` (no scaling
+    where T_g <= T_f). This is transformers' dynamic-NTK initialisation evaluated at T_g, computed as it computes it
+    (the same float32 values)."""
     if head_dim < 4 or head_dim % 2:
         raise ValueError(f"rotary embeddings need an even head dimension >= 4, got {head_dim}")
-    config = PretrainedConfig(
-        hidden_size=head_dim, num_attention_heads=1, head_dim=head_dim, max_position_embeddings=base_length,
-        rope_parameters={"rope_type": "dynamic", "rope_theta": theta, "factor": gamma},
-    )
-    inv_freq, _ = ROPE_INIT_FUNCTIONS["dynamic"](config, seq_len=target_length)
-    return inv_freq
+    target_length = max(target_length, base_length)
+    base = theta * ((gamma * target_length / base_length) - (gamma - 1)) ** (head_dim / (head_dim - 2))
+    return 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(dtype=torch.float) / head_dim))
 
 
 class RotaryEmbedding(nn.Module):
-    """cos/sin tables of rotary position embeddings for given position ids; `apply_rotary` rotates q and k with
-    them (transformers' `apply_rotary_pos_emb`, half-split convention)."""
+    """cos/sin tables of rotary position embeddings for given position ids; `transformer.apply_rotary` rotates q and
+    k with them (half-split convention)."""
 
     def __init__(self, inv_freq: torch.Tensor):
         super().__init__()
@@ -99,10 +92,3 @@ class RotaryEmbedding(nn.Module):
         freqs = position_ids[..., None].float() * self.inv_freq
         angles = torch.cat([freqs, freqs], dim=-1)
         return angles.cos(), angles.sin()
-
-
-def apply_rotary(query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """Rotate (batch, length, heads, head_dim) queries and keys by position (RoFormer; OneLIP Eq. 2); `cos` and `sin`
-    are (batch, length, head_dim), from `RotaryEmbedding`. Rotating the projections' own layout, before the heads
-    are moved forward, keeps the element-wise work on contiguous memory."""
-    return apply_rotary_pos_emb(query, key, cos.to(query.dtype), sin.to(query.dtype), unsqueeze_dim=2)

@@ -13,9 +13,10 @@ from hf_longclip.modeling_common.captions import (
 )
 from hf_longclip.modeling_common.images import to_rgb_images
 from hf_longclip.modeling_common.saving import CodeBundleMixin
+from hf_longclip.modeling_common.transformers_compat import ProcessorParts, save_processor_parts
 
 
-class DualEncoderProcessor(CodeBundleMixin, ProcessorMixin):
+class DualEncoderProcessor(CodeBundleMixin, ProcessorParts, ProcessorMixin):
     """Prepares `input_ids`/`attention_mask` (at most `max_length` tokens, end-of-text kept last when truncating;
     padded to the longest text of the call, as `CLIPProcessor`) and `pixel_values` for a dual-encoder model.
 
@@ -75,7 +76,7 @@ class DualEncoderProcessor(CodeBundleMixin, ProcessorMixin):
                 max_length=self.max_length,
                 return_tensors=return_tensors,
                 return_special_tokens_mask=keep_special_mask or watch,
-                **kwargs,
+                **{"return_token_type_ids": False, **kwargs},  # the models take none (4.57's fast tokenizers give them)
             )
             if watch:
                 special = tokens["special_tokens_mask"] if keep_special_mask else tokens.pop("special_tokens_mask")
@@ -98,6 +99,12 @@ class DualEncoderProcessor(CodeBundleMixin, ProcessorMixin):
             given = {} if superpixels is None else {"superpixels": superpixels}  # precomputed: CAST's processor
             encoding.update(self.image_processor(to_rgb_images(images), return_tensors=return_tensors, **given))
         return encoding
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' `save_pretrained`, in the layout every release reads (`save_processor_parts`)."""
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        save_processor_parts(self, save_directory)
+        return result
 
     def batch_decode(self, *args, **kwargs):
         return self.tokenizer.batch_decode(*args, **kwargs)

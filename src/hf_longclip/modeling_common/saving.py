@@ -4,6 +4,7 @@ when this module is the library's own."""
 
 import copy
 import importlib
+import inspect
 import sys
 
 _LIBRARY = "hf_longclip"
@@ -24,13 +25,25 @@ class CodeBundleMixin:
     `save_pretrained` writes `dtype`, `architectures` and `auto_map` into the configuration it saves); the saved
     `config.json` gets `saved_auto_map()`. This is the library's only `save_pretrained`."""
 
+    #: the Auto class this class is registered for (`register_for_auto_class`), None if it is not
+    registered_auto_class = None
+
+    @classmethod
+    def register_for_auto_class(cls, *args, **kwargs):
+        """transformers' `register_for_auto_class` (the library calls it at import, transformers when it loads remote
+        code), remembering the Auto class in `registered_auto_class`."""
+        super().register_for_auto_class(*args, **kwargs)
+        auto_class = args[0] if args else kwargs.get(
+            "auto_class", inspect.signature(super().register_for_auto_class).parameters["auto_class"].default)
+        cls.registered_auto_class = auto_class if isinstance(auto_class, str) else auto_class.__name__
+
     def _auto_classes_also_loading(self) -> dict[str, type]:
         """Auto classes, besides the one this class is registered for, that load what this model saves, and the class
         each gives. A model with a base model (under `base_model_prefix`, e.g. a classifier's backbone) whose class is
         registered for `AutoModel` also loads with `AutoModel`, as transformers' own checkpoints do, and with every
         Auto class the base model's own checkpoints load with."""
         base = getattr(self, getattr(self, "base_model_prefix", "") or "", None)
-        if base is None or base is self or getattr(type(base), "_auto_class", None) != "AutoModel":
+        if base is None or base is self or getattr(type(base), "registered_auto_class", None) != "AutoModel":
             return {}
         also = base._auto_classes_also_loading() if isinstance(base, CodeBundleMixin) else {}
         return {**also, "AutoModel": type(base)}
@@ -40,9 +53,9 @@ class CodeBundleMixin:
         keeps its own): the configuration's entries, the Auto classes of `_auto_classes_also_loading` and the one
         this class is registered for. Without a registered Auto class no code is saved, so no entry is added."""
         auto_map = dict(getattr(self.config, "auto_map", None) or {})
-        if self._auto_class is not None:
+        if self.registered_auto_class is not None:
             auto_map.update({auto: _auto_map_entry(cls) for auto, cls in self._auto_classes_also_loading().items()})
-            auto_map[self._auto_class] = _auto_map_entry(type(self))
+            auto_map[self.registered_auto_class] = _auto_map_entry(type(self))
         return auto_map
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -64,7 +77,7 @@ class CodeBundleMixin:
             finally:
                 self.config = config
         in_library = __name__.startswith(f"{_LIBRARY}.")
-        if in_library and self._auto_class is not None and kwargs.get("is_main_process", True):
+        if in_library and self.registered_auto_class is not None and kwargs.get("is_main_process", True):
             export = importlib.import_module(f"{_LIBRARY}.export")
             export.write_bundle(save_directory, sys.modules[type(self).__module__].__file__)
         return result

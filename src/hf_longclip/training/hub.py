@@ -41,7 +41,7 @@ from huggingface_hub import (
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 from huggingface_hub.utils import filter_repo_objects
 
-from ..versions import TESTED_TRANSFORMERS
+from ..versions import CHECKPOINTS_LOAD_ON
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def build_model_card(
         training_args=scalar_args,
         results=rows,
         config=config,
-        tested_transformers=" and ".join(TESTED_TRANSFORMERS),
+        tested_transformers=CHECKPOINTS_LOAD_ON,
         **template_kwargs,
     )
 

@@ -72,7 +72,12 @@ class CASTVisionModelTest(ModelTesterMixin, unittest.TestCase):
     additional_model_inputs = ["superpixels"]
     test_resize_embeddings = False
     test_torch_exportable = False  # see CASTUsageTest.test_torch_export
-    test_can_init_all_missing_weights_before_2023 = True  # the mixin skips it for files without a recent copyright
+
+    @unittest.skip(reason="transformers' test seeds each module's initialisation through its private "
+                  "`PreTrainedModel._initialize_weights`, which the remote code does not call (it runs on every "
+                  "release: `InitializesEveryModuleMixin`); tests/models/test_missing_weights.py checks the property")
+    def test_can_init_all_missing_weights(self):
+        pass
 
     def setUp(self):
         seed_test_inputs()

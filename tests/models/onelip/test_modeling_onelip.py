@@ -14,8 +14,9 @@ from transformers.utils import logging
 from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor, tiny_processor
 from hf_longclip import OneLIPConfig, OneLIPForPreTraining, OneLIPModel, OneLIPProcessor
 from hf_longclip.integrations.diffusion import text_encoder_for_diffusion
+from hf_longclip.modeling_common.transformer import SelfAttention
 from hf_longclip.models.onelip import OneLIPTextConfig, OneLIPTextModel
-from hf_longclip.models.onelip.modeling_onelip import OneLIPAttention, inverse_frequencies
+from hf_longclip.models.onelip.modeling_onelip import inverse_frequencies
 from hf_longclip.recipes.onelip.task import OneLIPTask
 from hf_longclip.training.task import save_options, saved_options
 
@@ -49,20 +50,18 @@ def _complex_rotation(x: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
     return torch.cat([rotated.real, rotated.imag], dim=-1)
 
 
-@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
-def test_rope_attention_equals_an_independent_rotation(implementation):
+@pytest.mark.parametrize("output_attentions", [True, False])  # the explicit softmax, or SDPA
+def test_rope_attention_equals_an_independent_rotation(output_attentions):
     text_config = OneLIPTextConfig(hidden_size=16, num_attention_heads=2, num_hidden_layers=1)
-    text_config._attn_implementation = implementation
     torch.manual_seed(0)
-    attention = OneLIPAttention(text_config).eval()
+    attention = SelfAttention(text_config, is_causal=True).eval()
     rotary = OneLIPTextModel(text_config).rotary
     inv_freq = rotary.inv_freq
     hidden = torch.randn(2, 11, 16)
     future = torch.ones(11, 11, dtype=torch.bool).triu(1)
-    # eager takes the causal mask the text model builds; SDPA gets none: causal by `is_causal`, as CLIP's text
-    mask = torch.zeros(1, 1, 11, 11).masked_fill(future, float("-inf")) if implementation == "eager" else None
-    with torch.no_grad():
-        actual, _ = attention(hidden, mask, position_embeddings=rotary(torch.arange(11)[None]))
+    with torch.no_grad():  # no mask: causal by `is_causal`, as the text model runs it without padding
+        actual, weights = attention(hidden, None, rotary(torch.arange(11)[None]), output_attentions)
+    assert (weights is None) != output_attentions
 
     def heads(x):
         return x.double().view(2, 11, 2, 8).transpose(1, 2)
@@ -77,14 +76,17 @@ def test_rope_attention_equals_an_independent_rotation(implementation):
     torch.testing.assert_close(actual, expected.detach(), atol=1e-5, rtol=1e-5)
 
 
-def test_eager_and_sdpa_text_encoders_agree():
+def test_explicit_softmax_and_sdpa_text_encoders_agree():
+    """The text encoder runs SDPA, and the explicit softmax when the attention weights are asked for: the same
+    states, padded texts (a boolean mask) included."""
     model = OneLIPModel.from_clip(tiny_clip()).eval()
     inputs = tiny_processor()(text=CAPTIONS, padding="longest")
+    assert not inputs["attention_mask"].all()
     with torch.no_grad():
         sdpa = model.get_text_features(**inputs).pooler_output
-        model.set_attn_implementation("eager")
-        eager = model.get_text_features(**inputs).pooler_output
-    torch.testing.assert_close(sdpa, eager, atol=1e-5, rtol=1e-5)
+        explicit = model.get_text_features(**inputs, output_attentions=True)
+    assert len(explicit.attentions) == model.config.text_config.num_hidden_layers
+    torch.testing.assert_close(sdpa, explicit.pooler_output, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("max_length", [77, 248, 512])

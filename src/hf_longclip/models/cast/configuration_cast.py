@@ -2,8 +2,7 @@
 recognition"), as F-CAST uses it (Sec. 3.1, App. B): superpixel tokens merged by graph pooling 196 -> 64 -> 32 -> 16,
 CAST's last pooling (16 -> 8) dropped."""
 
-from huggingface_hub.dataclasses import strict
-from transformers import PreTrainedConfig
+from transformers import PretrainedConfig
 
 from hf_longclip.modeling_common.saving import CodeBundleMixin
 
@@ -14,8 +13,7 @@ POSITION_EMBEDDING_TYPES = ("sincos", "learned")
 EMPTY_SEGMENTS = ("masked", "zero_tokens")
 
 
-@strict
-class CASTVisionConfig(CodeBundleMixin, PreTrainedConfig):
+class CASTVisionConfig(CodeBundleMixin, PretrainedConfig):
     r"""
     Configuration of [`CASTVisionModel`]. Defaults are CAST-B at 224 px as F-CAST uses it (width and heads of
     ViT-B/16, blocks (3, 3, 3, 2), graph pooling to 64, 32 and 16 segments).
@@ -65,60 +63,52 @@ class CASTVisionConfig(CodeBundleMixin, PreTrainedConfig):
     model_type = "cast_vision"
     main_input_name = "pixel_values"
 
-    hidden_size: int = 768
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    layer_norm_eps: float = 1e-6
-    attention_dropout: float = 0.0
-    dropout: float = 0.0
-    num_channels: int = 3
-    image_size: int = 224
-    num_segments: int = 196
-    depths: list[int] | tuple[int, ...] = (3, 3, 3, 2)
-    num_clusters: list[int] | tuple[int, ...] = (64, 32, 16)
-    assignment_scale: float = 5.0
-    initializer_range: float = 0.02
-    position_layout: str = "interleaved"
-    pooling_layer_norm_eps: float = 1e-6
-    segment_pooling: str = "pixels"
-    position_embedding_type: str = "sincos"
-    empty_segments: str = "masked"
-
-    def __post_init__(self, **kwargs):
-        self.depths, self.num_clusters = list(self.depths), list(self.num_clusters)
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
-                             f"({self.num_attention_heads})")
-        if self.hidden_size % 8:
+    def __init__(self, hidden_size: int = 768, num_attention_heads: int = 12, intermediate_size: int = 3072,
+                 hidden_act: str = "gelu", layer_norm_eps: float = 1e-6, attention_dropout: float = 0.0,
+                 dropout: float = 0.0, num_channels: int = 3, image_size: int = 224, num_segments: int = 196,
+                 depths=(3, 3, 3, 2), num_clusters=(64, 32, 16), assignment_scale: float = 5.0,
+                 initializer_range: float = 0.02, position_layout: str = "interleaved",
+                 pooling_layer_norm_eps: float = 1e-6, segment_pooling: str = "pixels",
+                 position_embedding_type: str = "sincos", empty_segments: str = "masked", **kwargs):
+        depths, num_clusters = list(depths), list(num_clusters)
+        if hidden_size % num_attention_heads:
+            raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_attention_heads "
+                             f"({num_attention_heads})")
+        if hidden_size % 8:
             raise ValueError(f"hidden_size must be divisible by 8 (the stem's widths and 2-D sin-cos positions), "
-                             f"got {self.hidden_size}")
-        if not self.depths or min(self.depths) < 1:
-            raise ValueError(f"depths must be a non-empty list of positive block counts, got {self.depths}")
-        if len(self.num_clusters) != len(self.depths) - 1:
+                             f"got {hidden_size}")
+        if not depths or min(depths) < 1:
+            raise ValueError(f"depths must be a non-empty list of positive block counts, got {depths}")
+        if len(num_clusters) != len(depths) - 1:
             raise ValueError(f"num_clusters needs one entry per graph pooling, i.e. len(depths) - 1 = "
-                             f"{len(self.depths) - 1}, got {self.num_clusters}")
-        sizes = [self.num_segments, *self.num_clusters]
+                             f"{len(depths) - 1}, got {num_clusters}")
+        sizes = [num_segments, *num_clusters]
         if min(sizes) < 1 or any(coarse >= fine for fine, coarse in zip(sizes, sizes[1:])):
-            raise ValueError(f"segment counts must decrease stage by stage: num_segments {self.num_segments}, "
-                             f"num_clusters {self.num_clusters}")
-        if self.image_size < STEM_STRIDE:
-            raise ValueError(f"image_size ({self.image_size}) is smaller than the stem stride ({STEM_STRIDE})")
-        if self.num_segments > self.image_size**2:
-            raise ValueError(f"num_segments ({self.num_segments}) exceeds the {self.image_size**2} pixels of a "
-                             f"{self.image_size} px image")
-        if self.position_layout not in POSITION_LAYOUTS:
-            raise ValueError(f"position_layout must be one of {POSITION_LAYOUTS}, got {self.position_layout!r}")
-        if self.segment_pooling not in SEGMENT_POOLINGS:
-            raise ValueError(f"segment_pooling must be one of {SEGMENT_POOLINGS}, got {self.segment_pooling!r}")
-        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
-            raise ValueError(f"position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, got "
-                             f"{self.position_embedding_type!r}")
-        if self.empty_segments not in EMPTY_SEGMENTS:
-            raise ValueError(f"empty_segments must be one of {EMPTY_SEGMENTS}, got {self.empty_segments!r}")
-        if self.assignment_scale <= 0:
-            raise ValueError(f"assignment_scale must be > 0, got {self.assignment_scale}")
-        super().__post_init__(**kwargs)
+            raise ValueError(f"segment counts must decrease stage by stage: num_segments {num_segments}, "
+                             f"num_clusters {num_clusters}")
+        if image_size < STEM_STRIDE:
+            raise ValueError(f"image_size ({image_size}) is smaller than the stem stride ({STEM_STRIDE})")
+        if num_segments > image_size**2:
+            raise ValueError(f"num_segments ({num_segments}) exceeds the {image_size**2} pixels of a "
+                             f"{image_size} px image")
+        for name, value, allowed in (("position_layout", position_layout, POSITION_LAYOUTS),
+                                     ("segment_pooling", segment_pooling, SEGMENT_POOLINGS),
+                                     ("position_embedding_type", position_embedding_type, POSITION_EMBEDDING_TYPES),
+                                     ("empty_segments", empty_segments, EMPTY_SEGMENTS)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        if assignment_scale <= 0:
+            raise ValueError(f"assignment_scale must be > 0, got {assignment_scale}")
+        self.hidden_size, self.num_attention_heads, self.intermediate_size = hidden_size, num_attention_heads, \
+            intermediate_size
+        self.hidden_act, self.layer_norm_eps, self.attention_dropout = hidden_act, layer_norm_eps, attention_dropout
+        self.dropout, self.num_channels, self.image_size = dropout, num_channels, image_size
+        self.num_segments, self.depths, self.num_clusters = num_segments, depths, num_clusters
+        self.assignment_scale, self.initializer_range = assignment_scale, initializer_range
+        self.position_layout, self.pooling_layer_norm_eps = position_layout, pooling_layer_norm_eps
+        self.segment_pooling, self.position_embedding_type = segment_pooling, position_embedding_type
+        self.empty_segments = empty_segments
+        super().__init__(**kwargs)
 
     @property
     def num_hidden_layers(self) -> int:

@@ -9,21 +9,24 @@ token. The assignments compose into a fine-to-coarse segmentation of the image.
 """
 
 from dataclasses import dataclass
-from typing import Unpack
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
-from transformers import initialization as init
-from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
-from transformers.models.clip.modeling_clip import CLIPAttention, CLIPEncoderLayer
-from transformers.utils import TransformersKwargs
-from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from hf_longclip.modeling_common.initialization import InitializesEveryModuleMixin
 from hf_longclip.modeling_common.saving import CodeBundleMixin
+from hf_longclip.modeling_common.transformer import (
+    EncoderLayer,
+    Recorder,
+    SelfAttention,
+    asked_outputs,
+    attention_mask_for,
+    returns_tuple_when_asked,
+    run_layers,
+)
+from hf_longclip.modeling_common.transformers_compat import init
 
 from .configuration_cast import STEM_STRIDE, CASTVisionConfig
 from .segments import (
@@ -115,22 +118,19 @@ class CASTEmbeddings(nn.Module):
 
 
 class CASTStage(nn.Module):
-    """Transformer blocks (CLIP's pre-norm layer, a `GradientCheckpointingLayer`) over [CLS] and segment tokens;
-    padding tokens are masked out as keys."""
+    """Transformer blocks (CLIP's pre-norm layer, `modeling_common.transformer.EncoderLayer`) over [CLS] and segment
+    tokens; padding tokens are masked out as keys."""
 
     def __init__(self, config: CASTVisionConfig, depth: int):
         super().__init__()
         self.config = config
-        self.layers = nn.ModuleList([CLIPEncoderLayer(config) for _ in range(depth)])
+        self.layers = nn.ModuleList([EncoderLayer(config) for _ in range(depth)])
 
-    def forward(
-        self, hidden_states: torch.Tensor, valid: torch.Tensor, **kwargs: Unpack[TransformersKwargs]
-    ) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, valid: torch.Tensor, recorder: Recorder | None = None
+                ) -> torch.Tensor:
         keep = torch.cat([valid.new_ones(valid.shape[0], 1), valid], dim=1)
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=keep)
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, **kwargs)
-        return hidden_states
+        mask = attention_mask_for(keep, keep.shape[1], causal=False)
+        return run_layers(self.layers, hidden_states, mask, recorder=recorder)
 
 
 class CASTGroupingBlock(nn.Module):
@@ -141,11 +141,11 @@ class CASTGroupingBlock(nn.Module):
         super().__init__()
         self.config = config
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.attention = CLIPAttention(config)
+        self.attention = SelfAttention(config)
         self.bias = nn.Parameter(torch.zeros(config.hidden_size))
 
     def forward(self, tokens: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=tokens, attention_mask=valid)
+        mask = attention_mask_for(valid, valid.shape[1], causal=False)
         tokens = tokens + self.attention(self.layer_norm(tokens), mask)[0]
         weights = valid.to(tokens.dtype)[..., None]
         mean = (tokens * weights).sum(1, keepdim=True) / weights.sum(1, keepdim=True).clamp_min(1)
@@ -206,12 +206,8 @@ class CASTPreTrainedModel(InitializesEveryModuleMixin, CodeBundleMixin, PreTrain
     main_input_name = "pixel_values"
     input_modalities = ("image",)
     supports_gradient_checkpointing = True
-    _no_split_modules = ["CLIPEncoderLayer", "CASTGraphPooling", "CASTEmbeddings"]
-    _supports_sdpa = True  # eager and SDPA are tested here; flash and flex attention need a GPU to be checked
-    _can_record_outputs = {
-        "hidden_states": OutputRecorder(CLIPEncoderLayer),
-        "attentions": OutputRecorder(CLIPAttention, index=1, layer_name="layers"),  # not the grouping attention
-    }
+    _no_split_modules = ["EncoderLayer", "CASTGraphPooling", "CASTEmbeddings"]
+    _supports_sdpa = True  # PyTorch's SDPA (`modeling_common.transformer`); flash and flex attention are not offered
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -292,13 +288,12 @@ class CASTVisionModel(CASTPreTrainedModel):
         elif not torch.compiler.is_compiling() and not in_range:
             raise ValueError(message)
 
-    @merge_with_config_defaults
-    @capture_outputs(tie_last_hidden_states=False)
+    @returns_tuple_when_asked
     def forward(
         self,
         pixel_values: torch.FloatTensor | None = None,
         superpixels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
+        **kwargs,
     ) -> CASTVisionOutput:
         r"""
         The image's [CLS] and segment tokens through the stages, and the segmentation they compose.
@@ -315,11 +310,12 @@ class CASTVisionModel(CASTPreTrainedModel):
         if pixel_values is None:
             raise ValueError("You have to specify pixel_values")
         self._check_inputs(pixel_values, superpixels)
+        recorder = Recorder(*asked_outputs(self.config, kwargs))
         hidden_states, valid = self.embeddings(pixel_values, superpixels)
         present = valid if self.config.empty_segments == "masked" else batch_padded_segments(valid)
         segment_tokens, masks, assignments, seeds = [], [valid], [], []
         for index, stage in enumerate(self.stages):
-            hidden_states = stage(hidden_states, present, **kwargs)
+            hidden_states = stage(hidden_states, present, recorder)
             segment_tokens.append(hidden_states[:, 1:])
             if index < len(self.pools):
                 cls_token, tokens, assignment, valid, seed = self.pools[index](
@@ -333,7 +329,7 @@ class CASTVisionModel(CASTPreTrainedModel):
         return CASTVisionOutput(
             last_hidden_state=last_hidden_state, pooler_output=last_hidden_state[:, 0],
             segment_tokens=tuple(segment_tokens), segment_masks=tuple(mask.long() for mask in masks),
-            assignments=tuple(assignments), seed_indices=tuple(seeds),
+            assignments=tuple(assignments), seed_indices=tuple(seeds), **recorder.outputs(),
         )
 
 
@@ -353,13 +349,13 @@ class CASTForImageClassification(CASTPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels) if config.num_labels else nn.Identity()
         self.post_init()
 
-    @can_return_tuple
+    @returns_tuple_when_asked
     def forward(
         self,
         pixel_values: torch.FloatTensor | None = None,
         superpixels: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
+        **kwargs,
     ) -> ImageClassifierOutput:
         r"""
         Class logits of the images' final [CLS] token.

@@ -2,7 +2,7 @@
 
 from transformers import CLIPConfig
 
-from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin
+from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin, sub_config_dict
 from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 
@@ -22,17 +22,16 @@ class DITMConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
 
     model_type = "ditm"
 
-    gpo_pe_dim: int = 32
-    gpo_hidden_dim: int = 32
-    gpo_temperature: float = 0.1
-
-    def __post_init__(self, **kwargs):
-        if self.gpo_pe_dim < 2 or self.gpo_pe_dim % 2:
-            raise ValueError(f"gpo_pe_dim must be a positive even number, got {self.gpo_pe_dim}")
-        if self.gpo_hidden_dim < 1 or self.gpo_temperature <= 0:
-            raise ValueError(f"gpo_hidden_dim must be >= 1 and gpo_temperature > 0, got {self.gpo_hidden_dim} and "
-                             f"{self.gpo_temperature}")
-        super().__post_init__(**kwargs)
+    def __init__(self, text_config=None, vision_config=None, gpo_pe_dim: int = 32, gpo_hidden_dim: int = 32,
+                 gpo_temperature: float = 0.1, **kwargs):
+        if gpo_pe_dim < 2 or gpo_pe_dim % 2:
+            raise ValueError(f"gpo_pe_dim must be a positive even number, got {gpo_pe_dim}")
+        if gpo_hidden_dim < 1 or gpo_temperature <= 0:
+            raise ValueError(f"gpo_hidden_dim must be >= 1 and gpo_temperature > 0, got {gpo_hidden_dim} and "
+                             f"{gpo_temperature}")
+        super().__init__(text_config=sub_config_dict(text_config), vision_config=sub_config_dict(vision_config),
+                         **kwargs)
+        self.gpo_pe_dim, self.gpo_hidden_dim, self.gpo_temperature = gpo_pe_dim, gpo_hidden_dim, gpo_temperature
 
 
 __all__ = ["DITMConfig"]

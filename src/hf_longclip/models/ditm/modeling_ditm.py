@@ -4,18 +4,17 @@ the adaptive triplet + ordering objective of `hf_longclip.objectives.ditm` (Eq. 
 `hf_longclip.recipes.ditm.task.DITMTask`."""
 
 import math
-from typing import Unpack
 
 import torch
 from torch import nn
 from transformers import CLIPModel
-from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling
-from transformers.utils import TransformersKwargs, can_return_tuple
 
 from hf_longclip.modeling_common.clip_dual_encoder import CLIPDualEncoder
 from hf_longclip.modeling_common.dual_encoder import check_pixel_values
 from hf_longclip.modeling_common.gpo import GPO
+from hf_longclip.modeling_common.transformer import returns_tuple_when_asked
+from hf_longclip.modeling_common.transformers_compat import init, no_init_weights, tower_outputs
 
 from .configuration_ditm import DITMConfig
 
@@ -44,7 +43,7 @@ class DITMModel(CLIPDualEncoder):
 
     def __init__(self, config: DITMConfig):
         super().__init__(config)
-        with init.no_init_weights():  # GPO comes after CLIP's `post_init`: `_init_weights` draws it, in its order
+        with no_init_weights():  # GPO comes after CLIP's `post_init`: `_init_weights` draws it, in its order
             self.image_pooler = GPO(config.gpo_pe_dim, config.gpo_hidden_dim, config.gpo_temperature)
         self.logit_scale.requires_grad_(False)
         self.post_init()
@@ -72,9 +71,9 @@ class DITMModel(CLIPDualEncoder):
         77 -> 248 (Long-CLIP) for long captions; `config_kwargs` set configuration options (GPO's)."""
         return super().from_clip(clip, stretch_positions, trust_remote_code, **config_kwargs)
 
-    @can_return_tuple
+    @returns_tuple_when_asked
     def get_image_features(
-        self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False, **kwargs: Unpack[TransformersKwargs]
+        self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False, **kwargs
     ) -> BaseModelOutputWithPooling:
         r"""
         The vision tower's outputs, with `pooler_output` the GPO pooling of its projected tokens (not normalised, as
@@ -90,9 +89,8 @@ class DITMModel(CLIPDualEncoder):
             [`~modeling_outputs.BaseModelOutputWithPooling`] (a tuple with `return_dict=False`).
         """
         check_pixel_values(pixel_values)
-        vision_outputs = self.vision_model(
-            pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs
-        )
+        vision_outputs = tower_outputs(self.vision_model, pixel_values=pixel_values,
+                                       interpolate_pos_encoding=interpolate_pos_encoding, **kwargs)
         tokens = self.visual_projection(self.vision_model.post_layernorm(vision_outputs.last_hidden_state))
         vision_outputs.pooler_output = self.image_pooler(tokens)[0]
         return vision_outputs

@@ -6,9 +6,9 @@ the two-level one is the training task's choice, `hf_longclip.recipes.fcast.task
 
 import math
 
-from huggingface_hub.dataclasses import strict
-from transformers import CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
+from transformers import CLIPTextConfig, CLIPVisionConfig, PretrainedConfig
 
+from hf_longclip.modeling_common.configuration import sub_config_dict
 from hf_longclip.modeling_common.saving import CodeBundleMixin
 from hf_longclip.models.cast.configuration_cast import CASTVisionConfig
 
@@ -32,27 +32,24 @@ class FCASTTextConfig(CLIPTextConfig):
 
     model_type = "fcast_text_model"
 
-    num_hidden_layers: int = 8
-    max_position_embeddings: int = 77
-    num_stage2_layers: int = 4
-    num_chunks: int = 4
-    adapter_reduction: int = 4
-    adapter_ratio: float = 0.2
-
-    def __post_init__(self, **kwargs):
-        if self.num_stage2_layers < 0:
-            raise ValueError(f"num_stage2_layers must be >= 0 (0: a flat text encoder), got {self.num_stage2_layers}")
-        if self.num_chunks < 1:
-            raise ValueError(f"num_chunks must be >= 1, got {self.num_chunks}")
-        if not self.num_stage2_layers and self.num_chunks != 1:
+    def __init__(self, num_hidden_layers: int = 8, max_position_embeddings: int = 77, num_stage2_layers: int = 4,
+                 num_chunks: int = 4, adapter_reduction: int = 4, adapter_ratio: float = 0.2, **kwargs):
+        super().__init__(num_hidden_layers=num_hidden_layers, max_position_embeddings=max_position_embeddings,
+                         **kwargs)
+        if num_stage2_layers < 0:
+            raise ValueError(f"num_stage2_layers must be >= 0 (0: a flat text encoder), got {num_stage2_layers}")
+        if num_chunks < 1:
+            raise ValueError(f"num_chunks must be >= 1, got {num_chunks}")
+        if not num_stage2_layers and num_chunks != 1:
             raise ValueError(f"a flat text encoder (num_stage2_layers=0) reads a caption as one chunk: num_chunks "
-                             f"must be 1, got {self.num_chunks}")
-        if self.adapter_reduction < 1 or self.hidden_size % self.adapter_reduction:
+                             f"must be 1, got {num_chunks}")
+        if adapter_reduction < 1 or self.hidden_size % adapter_reduction:
             raise ValueError(f"adapter_reduction must divide hidden_size ({self.hidden_size}), got "
-                             f"{self.adapter_reduction}")
-        if not 0.0 <= self.adapter_ratio <= 1.0:
-            raise ValueError(f"adapter_ratio must be in [0, 1], got {self.adapter_ratio}")
-        super().__post_init__(**kwargs)
+                             f"{adapter_reduction}")
+        if not 0.0 <= adapter_ratio <= 1.0:
+            raise ValueError(f"adapter_ratio must be in [0, 1], got {adapter_ratio}")
+        self.num_stage2_layers, self.num_chunks = num_stage2_layers, num_chunks
+        self.adapter_reduction, self.adapter_ratio = adapter_reduction, adapter_ratio
 
     @property
     def is_hierarchical(self) -> bool:
@@ -64,8 +61,7 @@ VISION_BACKBONES = {"cast": CASTVisionConfig, "vit": CLIPVisionConfig}
 ATTENTION_POOLINGS = ("fcast", "flair")
 
 
-@strict
-class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
+class FCASTConfig(CodeBundleMixin, PretrainedConfig):
     r"""
     Configuration of [`FCASTModel`]: `text_config` ([`FCASTTextConfig`]), `vision_config` ([`CASTVisionConfig`], or
     [`CLIPVisionConfig`] with `vision_backbone="vit"`).
@@ -93,42 +89,40 @@ class FCASTConfig(CodeBundleMixin, PreTrainedConfig):
     """
 
     model_type = "fcast"
-    sub_configs_defaults = {"text_config": FCASTTextConfig, "vision_config": CASTVisionConfig}
+    sub_configs = {"text_config": FCASTTextConfig, "vision_config": CASTVisionConfig}  # 4.57-5.4 read this
+    sub_configs_defaults = sub_configs  # 5.5 and later read this
 
-    text_config: dict | FCASTTextConfig | None = None
-    vision_config: dict | CASTVisionConfig | CLIPVisionConfig | None = None
-    vision_backbone: str = "cast"
-    projection_dim: int = 512
-    pool_heads: int = 8
-    attention_pooling: str = "fcast"
-    grounding_stage: int = 1
-    part_logit_scale_init_value: float = math.log(1 / 0.07)
-    whole_logit_scale_init_value: float = math.log(1 / 0.07)
-    part_logit_bias_init_value: float = -10.0
-    whole_logit_bias_init_value: float = -10.0
-    initializer_factor: float = 1.0
-
-    def __post_init__(self, **kwargs):
-        if self.attention_pooling not in ATTENTION_POOLINGS:
-            raise ValueError(f"attention_pooling must be one of {ATTENTION_POOLINGS}, got {self.attention_pooling!r}")
-        if self.vision_backbone not in VISION_BACKBONES:
-            raise ValueError(f"vision_backbone must be one of {list(VISION_BACKBONES)}, got {self.vision_backbone!r}")
-        for key in ("text_config", "vision_config"):
-            value = getattr(self, key)
-            if isinstance(value, dict):
-                setattr(self, key, {k: v for k, v in value.items() if k != "model_type"})
-        vision_class = VISION_BACKBONES[self.vision_backbone]
-        if not isinstance(self.vision_config, PreTrainedConfig):  # the backbone picks the class (defaults: CAST's)
-            self.vision_config = vision_class(**(self.vision_config or {}))
-        elif not isinstance(self.vision_config, vision_class):
-            raise ValueError(f"vision_backbone={self.vision_backbone!r} needs a {vision_class.__name__}, got "
-                             f"{type(self.vision_config).__name__}")
-        super().__post_init__(**kwargs)
-        if self.projection_dim < 1 or self.pool_heads < 1 or self.projection_dim % self.pool_heads:
-            raise ValueError(f"pool_heads ({self.pool_heads}) must divide projection_dim ({self.projection_dim})")
-        stages = len(getattr(self.vision_config, "depths", [None]))  # a ViT: one level
-        if self.vision_backbone == "cast" and not 0 <= self.grounding_stage < stages:
-            raise ValueError(f"grounding_stage must index one of CAST's {stages} stages, got {self.grounding_stage}")
+    def __init__(self, text_config=None, vision_config=None, vision_backbone: str = "cast", projection_dim: int = 512,
+                 pool_heads: int = 8, attention_pooling: str = "fcast", grounding_stage: int = 1,
+                 part_logit_scale_init_value: float = math.log(1 / 0.07),
+                 whole_logit_scale_init_value: float = math.log(1 / 0.07), part_logit_bias_init_value: float = -10.0,
+                 whole_logit_bias_init_value: float = -10.0, initializer_factor: float = 1.0, **kwargs):
+        if attention_pooling not in ATTENTION_POOLINGS:
+            raise ValueError(f"attention_pooling must be one of {ATTENTION_POOLINGS}, got {attention_pooling!r}")
+        if vision_backbone not in VISION_BACKBONES:
+            raise ValueError(f"vision_backbone must be one of {list(VISION_BACKBONES)}, got {vision_backbone!r}")
+        vision_class = VISION_BACKBONES[vision_backbone]
+        if isinstance(vision_config, PretrainedConfig) and not isinstance(vision_config, vision_class):
+            raise ValueError(f"vision_backbone={vision_backbone!r} needs a {vision_class.__name__}, got "
+                             f"{type(vision_config).__name__}")
+        if not isinstance(text_config, FCASTTextConfig):
+            text_config = FCASTTextConfig(**sub_config_dict(text_config))
+        if not isinstance(vision_config, vision_class):  # the backbone picks the class (defaults: CAST's)
+            vision_config = vision_class(**sub_config_dict(vision_config))
+        if projection_dim < 1 or pool_heads < 1 or projection_dim % pool_heads:
+            raise ValueError(f"pool_heads ({pool_heads}) must divide projection_dim ({projection_dim})")
+        stages = len(getattr(vision_config, "depths", [None]))  # a ViT: one level
+        if vision_backbone == "cast" and not 0 <= grounding_stage < stages:
+            raise ValueError(f"grounding_stage must index one of CAST's {stages} stages, got {grounding_stage}")
+        self.text_config, self.vision_config, self.vision_backbone = text_config, vision_config, vision_backbone
+        self.projection_dim, self.pool_heads, self.attention_pooling = projection_dim, pool_heads, attention_pooling
+        self.grounding_stage = grounding_stage
+        self.part_logit_scale_init_value = part_logit_scale_init_value
+        self.whole_logit_scale_init_value = whole_logit_scale_init_value
+        self.part_logit_bias_init_value = part_logit_bias_init_value
+        self.whole_logit_bias_init_value = whole_logit_bias_init_value
+        self.initializer_factor = initializer_factor
+        super().__init__(**kwargs)
 
 
 __all__ = ["ATTENTION_POOLINGS", "FCASTConfig", "FCASTTextConfig", "VISION_BACKBONES"]

@@ -20,18 +20,12 @@ the two-level one is the task's.
 
 import math
 from dataclasses import dataclass
-from typing import Unpack
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import CLIPTextModel, CLIPVisionModel, PreTrainedModel
-from transformers import initialization as init
-from transformers.masking_utils import create_bidirectional_mask
+from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
-from transformers.models.clip.modeling_clip import CLIPEncoderLayer
-from transformers.utils import TransformersKwargs
-from transformers.utils.generic import can_return_tuple
 
 from hf_longclip.modeling_common.dual_encoder import (
     DualEncoderMixin,
@@ -42,6 +36,8 @@ from hf_longclip.modeling_common.dual_encoder import (
     pairwise_sigmoid_loss,
 )
 from hf_longclip.modeling_common.initialization import InitializesEveryModuleMixin
+from hf_longclip.modeling_common.transformer import EncoderLayer, returns_tuple_when_asked, run_layers
+from hf_longclip.modeling_common.transformers_compat import clip_tower, init, tower_outputs
 from hf_longclip.models.cast.modeling_cast import CASTVisionModel
 
 from .configuration_fcast import FCASTConfig, FCASTTextConfig
@@ -120,17 +116,14 @@ class FCASTTextStage2(nn.Module):
         self.config = config
         self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
         self.position_embedding = nn.Embedding(config.num_chunks + 1, config.hidden_size)
-        self.layers = nn.ModuleList([CLIPEncoderLayer(config) for _ in range(config.num_stage2_layers)])
+        self.layers = nn.ModuleList([EncoderLayer(config) for _ in range(config.num_stage2_layers)])
         self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
-    def forward(self, chunk_embeds: torch.Tensor, **kwargs: Unpack[TransformersKwargs]) -> torch.Tensor:
+    def forward(self, chunk_embeds: torch.Tensor) -> torch.Tensor:
         cls = self.cls_token.expand(chunk_embeds.shape[0], -1, -1).to(chunk_embeds.dtype)
         hidden_states = torch.cat([cls, chunk_embeds], dim=1)
         hidden_states = hidden_states + self.position_embedding.weight[: hidden_states.shape[1]]
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=None)
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, **kwargs)
-        return self.final_layer_norm(hidden_states)
+        return self.final_layer_norm(run_layers(self.layers, hidden_states))
 
 
 def segments_to_pixels(attention: torch.Tensor, assignments, labels: torch.Tensor) -> torch.Tensor:
@@ -172,8 +165,8 @@ class FCASTPreTrainedModel(InitializesEveryModuleMixin, PreTrainedModel):
     main_input_name = "input_ids"
     input_modalities = ("image", "text")
     supports_gradient_checkpointing = True
-    _no_split_modules = ["CLIPEncoderLayer", "CASTGraphPooling", "CASTEmbeddings", "CLIPTextEmbeddings",
-                         "CLIPVisionEmbeddings"]
+    _no_split_modules = ["CLIPEncoderLayer", "EncoderLayer", "CASTGraphPooling", "CASTEmbeddings",
+                         "CLIPTextEmbeddings", "CLIPVisionEmbeddings"]
     _supports_sdpa = True
 
     @torch.no_grad()
@@ -234,11 +227,13 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
     def __init__(self, config: FCASTConfig):
         super().__init__(config)
         text_config, vision_config = config.text_config, config.vision_config
-        self.text_model = CLIPTextModel._from_config(text_config)
+        self.text_model = clip_tower(text_config)
         self.text_adapter = FCASTAdapter(text_config) if text_config.is_hierarchical else None
         self.text_stage2 = FCASTTextStage2(text_config) if text_config.is_hierarchical else None
-        vision_class = CASTVisionModel if config.vision_backbone == "cast" else CLIPVisionModel
-        self.vision_model = vision_class._from_config(vision_config)
+        if config.vision_backbone == "cast":
+            self.vision_model = CASTVisionModel(vision_config)
+        else:
+            self.vision_model = clip_tower(vision_config, vision=True)
         self.text_projection = nn.Linear(text_config.hidden_size, config.projection_dim, bias=False)
         self.visual_projection = nn.Linear(vision_config.hidden_size, config.projection_dim, bias=False)
         flair_pooling = config.attention_pooling == "flair"
@@ -254,10 +249,10 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
-        return self.text_model.get_input_embeddings()
+        return self.text_model.embeddings.token_embedding
 
     def set_input_embeddings(self, value: nn.Module) -> None:
-        self.text_model.set_input_embeddings(value)
+        self.text_model.embeddings.token_embedding = value
 
     def _chunks(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
         if input_ids.dim() == 2:
@@ -273,13 +268,13 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         end_of_text_positions(input_ids.flatten(0, 1), self.config.text_config.eos_token_id)  # names a missing one
         return input_ids, attention_mask
 
-    @can_return_tuple
+    @returns_tuple_when_asked
     def get_text_features(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
+        **kwargs,
     ) -> FCASTTextOutput:
         r"""
         Eq. 1-3: every chunk through stage 1 as one packed batch, the adapter, stage 2 over the first N chunks;
@@ -300,26 +295,26 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         """
         input_ids, attention_mask = self._chunks(input_ids, attention_mask)
         batch, chunks, length = input_ids.shape
-        stage1 = self.text_model(
-            input_ids=input_ids.reshape(-1, length), position_ids=position_ids,
+        stage1 = tower_outputs(
+            self.text_model, input_ids=input_ids.reshape(-1, length), position_ids=position_ids,
             attention_mask=None if attention_mask is None else attention_mask.reshape(-1, length), **kwargs,
         )
         sub = stage1.pooler_output.view(batch, chunks, -1)
         if self.text_stage2 is None:
             states, long = sub, sub[:, 0]
         else:
-            states = self.text_stage2(self.text_adapter(sub[:, : self.config.text_config.num_chunks]), **kwargs)
+            states = self.text_stage2(self.text_adapter(sub[:, : self.config.text_config.num_chunks]))
             long = states[:, 0]
         return FCASTTextOutput(last_hidden_state=states, pooler_output=self.text_projection(long),
                                sub_caption_embeds=self.text_projection(sub), hidden_states=stage1.hidden_states,
                                attentions=stage1.attentions)
 
-    @can_return_tuple
+    @returns_tuple_when_asked
     def get_image_features(
         self,
         pixel_values: torch.Tensor,
         superpixels: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
+        **kwargs,
     ) -> BaseModelOutputWithPooling:
         r"""
         CAST's outputs (segment tokens, assignments, masks; a ViT's token states, `superpixels` unused);
@@ -337,10 +332,10 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         """
         check_pixel_values(pixel_values)
         if self.config.vision_backbone == "vit":
-            outputs = self.vision_model(pixel_values=pixel_values, return_dict=True, **kwargs)
+            outputs = tower_outputs(self.vision_model, pixel_values=pixel_values, **kwargs)
         else:
             kwargs.pop("interpolate_pos_encoding", None)  # CAST takes any image size
-            outputs = self.vision_model(pixel_values=pixel_values, superpixels=superpixels, return_dict=True, **kwargs)
+            outputs = tower_outputs(self.vision_model, pixel_values=pixel_values, superpixels=superpixels, **kwargs)
         outputs.pooler_output = self.visual_projection(outputs.pooler_output)
         return outputs
 
@@ -365,8 +360,8 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         sub-captions, D)). A ViT needs no `superpixels` (None)."""
         input_ids, attention_mask = self._chunks(input_ids, attention_mask)
         batch, subs, length = input_ids.shape
-        stage1 = self.text_model(input_ids=input_ids.reshape(-1, length),
-                                 attention_mask=None if attention_mask is None else attention_mask.reshape(-1, length))
+        stage1 = tower_outputs(self.text_model, input_ids=input_ids.reshape(-1, length),
+                               attention_mask=None if attention_mask is None else attention_mask.reshape(-1, length))
         queries = self.text_projection(stage1.pooler_output).view(batch, subs, -1)
         vision = self.get_image_features(pixel_values, superpixels)
         pooled, attention = self.grounding_pool(queries, *self.grounding_tokens(vision))
@@ -378,7 +373,7 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         pixels = segments_to_pixels(attention, assignments, labels)
         return FCASTGroundingOutput(pooler_output=pooled, segment_attention=attention, pixel_attention=pixels)
 
-    @can_return_tuple
+    @returns_tuple_when_asked
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -387,7 +382,7 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
         return_loss: bool | None = None,
-        **kwargs: Unpack[TransformersKwargs],
+        **kwargs,
     ) -> FCASTOutput:
         r"""
         Both towers on a batch of captions and images: the whole level's embeddings (t^long and v^coarse,

@@ -2,7 +2,7 @@
 
 from transformers import CLIPConfig
 
-from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin
+from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin, sub_config_dict
 from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 HIMO_TEXT_POSITIONS = 248  # Long-CLIP stretching of CLIP's 77 positions: 4 * 77 - 3 * 20
@@ -24,18 +24,14 @@ class HiMoCLIPConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
 
     model_type = "himo_clip"
 
-    frozen_position_rows: int = 0
-
-    def __post_init__(self, **kwargs):
-        if self.text_config is None:
-            self.text_config = {"max_position_embeddings": HIMO_TEXT_POSITIONS}
-        elif isinstance(self.text_config, dict):
-            self.text_config.setdefault("max_position_embeddings", HIMO_TEXT_POSITIONS)
-        super().__post_init__(**kwargs)
+    def __init__(self, text_config=None, vision_config=None, frozen_position_rows: int = 0, **kwargs):
+        text_config = {"max_position_embeddings": HIMO_TEXT_POSITIONS, **sub_config_dict(text_config)}
+        super().__init__(text_config=text_config, vision_config=sub_config_dict(vision_config), **kwargs)
         positions = self.text_config.max_position_embeddings
-        if not 0 <= self.frozen_position_rows < positions:
+        if not 0 <= frozen_position_rows < positions:
             raise ValueError(f"frozen_position_rows must be in [0, {positions}) (the text positions), "
-                             f"got {self.frozen_position_rows}")
+                             f"got {frozen_position_rows}")
+        self.frozen_position_rows = frozen_position_rows
 
 
 __all__ = ["HiMoCLIPConfig"]

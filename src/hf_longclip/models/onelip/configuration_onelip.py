@@ -1,9 +1,9 @@
 """OneLIP configuration: CLIP's vision configuration and a RoPE text configuration without a position table (Pan et
 al., "Unlocking and Improving Long-Text Representations of CLIP via One-Stage Adaptation")."""
 
-from transformers import CLIPConfig, CLIPTextConfig, CLIPVisionConfig, PreTrainedConfig
+from transformers import CLIPConfig, CLIPTextConfig, CLIPVisionConfig
 
-from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin
+from hf_longclip.modeling_common.configuration import RefusesPlainCLIPMixin, sub_config_dict
 from hf_longclip.modeling_common.saving import CodeBundleMixin
 
 ONELIP_TEXT_POSITIONS = 248  # the paper's T_g in its main tables (Long-CLIP's length)
@@ -30,27 +30,24 @@ class OneLIPTextConfig(CLIPTextConfig):
 
     model_type = "onelip_text_model"
 
-    max_position_embeddings: int = ONELIP_TEXT_POSITIONS
-    base_length: int = 77
-    rope_gamma: float = 8.0
-    rope_theta: float = 10000.0
-    rope_ntk_scaling: bool = True
-
-    def __post_init__(self, **kwargs):
+    def __init__(self, max_position_embeddings: int = ONELIP_TEXT_POSITIONS, base_length: int = 77,
+                 rope_gamma: float = 8.0, rope_theta: float = 10000.0, rope_ntk_scaling: bool = True, **kwargs):
+        super().__init__(max_position_embeddings=max_position_embeddings, **kwargs)
         head_dim, remainder = divmod(self.hidden_size, self.num_attention_heads)
         if remainder == 0 and (head_dim < 4 or head_dim % 2):
             raise ValueError(
                 f"RoPE needs an even head dimension >= 4, got hidden_size / num_attention_heads = {head_dim}"
             )
-        if self.base_length < 2:
-            raise ValueError(f"base_length must be >= 2 (start and end tokens), got {self.base_length}")
-        if self.max_position_embeddings < 2:
-            raise ValueError(f"max_position_embeddings must be >= 2, got {self.max_position_embeddings}")
-        if self.rope_gamma < 1:
-            raise ValueError(f"rope_gamma must be >= 1, got {self.rope_gamma}")
-        if self.rope_theta <= 0:
-            raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
-        super().__post_init__(**kwargs)
+        if base_length < 2:
+            raise ValueError(f"base_length must be >= 2 (start and end tokens), got {base_length}")
+        if max_position_embeddings < 2:
+            raise ValueError(f"max_position_embeddings must be >= 2, got {max_position_embeddings}")
+        if rope_gamma < 1:
+            raise ValueError(f"rope_gamma must be >= 1, got {rope_gamma}")
+        if rope_theta <= 0:
+            raise ValueError(f"rope_theta must be > 0, got {rope_theta}")
+        self.base_length, self.rope_gamma, self.rope_theta = base_length, rope_gamma, rope_theta
+        self.rope_ntk_scaling = rope_ntk_scaling
 
 
 class OneLIPConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
@@ -61,14 +58,14 @@ class OneLIPConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
     """
 
     model_type = "onelip"
-    sub_configs_defaults = {"vision_config": CLIPVisionConfig, "text_config": OneLIPTextConfig}
+    sub_configs = {"vision_config": CLIPVisionConfig, "text_config": OneLIPTextConfig}  # 4.57-5.4 read this
+    sub_configs_defaults = sub_configs  # 5.5 and later read this
 
-    def __post_init__(self, **kwargs):
-        if isinstance(self.text_config, PreTrainedConfig) and not isinstance(self.text_config, OneLIPTextConfig):
-            self.text_config = self.text_config.to_dict()  # e.g. a CLIPTextConfig: rebuilt with OneLIP's fields
-        if isinstance(self.text_config, dict):
-            self.text_config = {k: v for k, v in self.text_config.items() if k != "model_type"}
-        super().__post_init__(**kwargs)
+    def __init__(self, text_config=None, vision_config=None, **kwargs):
+        text_config = sub_config_dict(text_config)  # e.g. a CLIPTextConfig: rebuilt with OneLIP's fields
+        super().__init__(text_config=text_config, vision_config=sub_config_dict(vision_config), **kwargs)
+        if not isinstance(self.text_config, OneLIPTextConfig):  # 4.57-5.4: CLIP's __init__ built a CLIPTextConfig
+            self.text_config = OneLIPTextConfig(**text_config)
 
 
 __all__ = ["OneLIPConfig", "OneLIPTextConfig"]

@@ -11,26 +11,13 @@ frozen base encoder (the teacher): training state, not part of either model.
 """
 
 from dataclasses import dataclass
-from typing import Unpack
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import CLIPModel, CLIPVisionModel
-from transformers import initialization as init
-from transformers.masking_utils import create_causal_mask
+from transformers import CLIPModel, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.clip.modeling_clip import (
-    CLIPMLP,
-    CLIPAttention,
-    CLIPEncoderLayer,
-    CLIPPreTrainedModel,
-    eager_attention_forward,
-)
-from transformers.utils import TransformersKwargs, logging
-from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
-from transformers.utils.output_capturing import capture_outputs
+from transformers.utils import logging
 
 from hf_longclip.modeling_common.dual_encoder import (
     DualEncoderMixin,
@@ -39,9 +26,20 @@ from hf_longclip.modeling_common.dual_encoder import (
     end_of_text_positions,
     load_clip_model,
 )
-from hf_longclip.modeling_common.initialization import InitializesEveryModuleMixin
-from hf_longclip.modeling_common.positions import RotaryEmbedding, apply_rotary, ntk_inverse_frequencies
+from hf_longclip.modeling_common.initialization import InitializesEveryModuleMixin, default_initialization
+from hf_longclip.modeling_common.positions import RotaryEmbedding, ntk_inverse_frequencies
 from hf_longclip.modeling_common.saving import CodeBundleMixin
+from hf_longclip.modeling_common.transformer import (
+    MLP,
+    EncoderLayer,
+    Recorder,
+    SelfAttention,
+    asked_outputs,
+    attention_mask_for,
+    returns_tuple_when_asked,
+    run_layers,
+)
+from hf_longclip.modeling_common.transformers_compat import clip_tower, init
 
 from .configuration_onelip import ONELIP_TEXT_POSITIONS, OneLIPConfig, OneLIPTextConfig
 
@@ -78,50 +76,19 @@ class OneLIPTextEmbeddings(nn.Module):
         return self.token_embedding(input_ids)
 
 
-class OneLIPAttention(CLIPAttention):
-    """CLIP's attention with queries and keys rotated by position (Eq. 2), causal as CLIP's text encoder."""
+class OneLIPEncoderLayer(EncoderLayer):
+    """CLIP's block with a causal self-attention whose queries and keys the encoder rotates (RoPE). The causal
+    attention is built after, and replaces, the block's own: the draws a seed has always made here."""
 
     def __init__(self, config: OneLIPTextConfig):
         super().__init__(config)
-        self.is_causal = True
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, self.num_heads, self.head_dim)
-        queries, keys = apply_rotary(
-            self.q_proj(hidden_states).view(hidden_shape), self.k_proj(hidden_states).view(hidden_shape),
-            *position_embeddings,
-        )
-        queries, keys = queries.transpose(1, 2), keys.transpose(1, 2)
-        values = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
-        attn_output, attn_weights = attention_interface(
-            self, queries, keys, values, attention_mask, scaling=self.scale,
-            dropout=0.0 if not self.training else self.dropout, **kwargs,
-        )
-        attn_output = self.out_proj(attn_output.reshape(*input_shape, -1).contiguous())
-        return attn_output, attn_weights
-
-
-class OneLIPEncoderLayer(CLIPEncoderLayer):
-    """CLIP's pre-norm block (a `GradientCheckpointingLayer`) with rotary self-attention."""
-
-    def __init__(self, config: OneLIPTextConfig):
-        super().__init__(config)
-        self.self_attn = OneLIPAttention(config)
+        self.self_attn = SelfAttention(config, is_causal=True)
 
 
 class OneLIPEncoder(nn.Module):
     """
-    `config.num_hidden_layers` rotary self-attention layers ([`OneLIPEncoderLayer`]), CLIP's encoder with RoPE.
+    `config.num_hidden_layers` causal CLIP blocks ([`OneLIPEncoderLayer`]) whose self-attention rotates queries and
+    keys (RoPE): CLIP's text encoder with rotary positions.
 
     Args:
         config: OneLIPTextConfig
@@ -131,15 +98,9 @@ class OneLIPEncoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList([OneLIPEncoderLayer(config) for _ in range(config.num_hidden_layers)])
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor],
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> BaseModelOutput:
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, attention_mask, position_embeddings=position_embeddings, **kwargs)
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                rotary: tuple[torch.Tensor, torch.Tensor], recorder: Recorder | None = None) -> BaseModelOutput:
+        hidden_states = run_layers(self.layers, hidden_states, attention_mask, rotary, recorder)
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
@@ -303,24 +264,29 @@ class TRIMRefine(nn.Module):
             return F.scaled_dot_product_attention(queries, tokens, tokens, attn_mask=kept[:, None, :])
 
 
-class OneLIPPreTrainedModel(InitializesEveryModuleMixin, CLIPPreTrainedModel):
+class OneLIPPreTrainedModel(InitializesEveryModuleMixin, PreTrainedModel):
     """
-    CLIP's initialisation and attention support, plus the parts OneLIP adds: the rotary frequencies
-    (`inverse_frequencies`), TRIM-Refine's queries and the projections. The text encoder's token embeddings and the
-    linear layers of its attention and MLP blocks keep transformers' default, N(0, initializer_range), rather than
-    CLIP's depth-scaled rule: OneLIP starts from CLIP's weights (`from_clip`), and these are the values a fresh
-    OneLIP text encoder has always had here (the published figures' seeds draw them).
+    OneLIP's initialisation: the vision tower's is CLIP's (its own `_init_weights`); the text encoder's token
+    embeddings, the linear layers of its attention and MLP blocks and its norms keep transformers' default
+    (`default_initialization`: N(0, initializer_range)) rather than CLIP's depth-scaled rule, since OneLIP starts
+    from CLIP's weights (`from_clip`) and these are the values a fresh OneLIP text encoder has always had here (the
+    published figures' seeds draw them); then the parts OneLIP adds: the rotary frequencies
+    (`inverse_frequencies`), TRIM-Refine's queries and the projections.
     """
 
     config: OneLIPConfig
+    config_class = OneLIPConfig
     base_model_prefix = "onelip"
+    input_modalities = ("image", "text")
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True  # the text encoder's SDPA (`modeling_common.transformer`) and CLIP's vision tower
     _no_split_modules = ["OneLIPEncoderLayer", "CLIPEncoderLayer", "CLIPVisionEmbeddings"]
 
     @torch.no_grad()
     def _init_weights(self, module):
-        if isinstance(module, (OneLIPAttention, CLIPMLP)):  # their linear layers: the default, drawn as leaves
+        if isinstance(module, (SelfAttention, MLP)):  # their linear layers: the default, drawn as leaves
             return
-        super()._init_weights(module)
+        default_initialization(module, self.config)
         factor = self.config.initializer_factor
         text_config = getattr(self.config, "text_config", self.config)
         if isinstance(module, RotaryEmbedding):
@@ -380,7 +346,6 @@ class OneLIPTextModel(OneLIPPreTrainedModel):
     config: OneLIPTextConfig
     config_class = OneLIPTextConfig
     input_modalities = ("text",)
-    _input_embed_layer = "token_embedding"
 
     def __init__(self, config: OneLIPTextConfig):
         super().__init__(config)
@@ -396,14 +361,13 @@ class OneLIPTextModel(OneLIPPreTrainedModel):
     def set_input_embeddings(self, value: nn.Module) -> None:
         self.embeddings.token_embedding = value
 
-    @merge_with_config_defaults
-    @capture_outputs(tie_last_hidden_states=False)
+    @returns_tuple_when_asked
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
+        **kwargs,
     ) -> BaseModelOutputWithPooling:
         r"""
         The token states of the texts and their end-of-text embeddings.
@@ -436,14 +400,13 @@ class OneLIPTextModel(OneLIPPreTrainedModel):
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device)[None]
         # no cache: passed by position, the parameter's name changed in transformers 5.24 (past_key_values -> cache)
-        mask = create_causal_mask(self.config, hidden_states, attention_mask, None)
-        kwargs.pop("is_causal", None)
-        hidden_states = self.encoder(
-            hidden_states, mask, position_embeddings=self.rotary(position_ids), is_causal=True, **kwargs
-        ).last_hidden_state
+        recorder = Recorder(*asked_outputs(self.config, kwargs))
+        mask = attention_mask_for(attention_mask, input_ids.shape[-1], causal=True)
+        hidden_states = self.encoder(hidden_states, mask, self.rotary(position_ids), recorder).last_hidden_state
         last_hidden_state = self.final_layer_norm(hidden_states)
         pooled = last_hidden_state[torch.arange(last_hidden_state.shape[0], device=ends.device), ends]
-        return BaseModelOutputWithPooling(last_hidden_state=last_hidden_state, pooler_output=pooled)
+        return BaseModelOutputWithPooling(last_hidden_state=last_hidden_state, pooler_output=pooled,
+                                          **recorder.outputs())
 
 
 class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
@@ -465,8 +428,8 @@ class OneLIPModel(DualEncoderMixin, OneLIPPreTrainedModel):
     def __init__(self, config: OneLIPConfig):
         super().__init__(config)
         text_config, vision_config = config.text_config, config.vision_config
-        self.text_model = OneLIPTextModel._from_config(text_config)
-        self.vision_model = CLIPVisionModel._from_config(vision_config)
+        self.text_model = OneLIPTextModel(text_config)
+        self.vision_model = clip_tower(vision_config, vision=True)
         self.visual_projection = nn.Linear(vision_config.hidden_size, config.projection_dim, bias=False)
         self.text_projection = nn.Linear(text_config.hidden_size, config.projection_dim, bias=False)
         self.logit_scale = nn.Parameter(torch.tensor([config.logit_scale_init_value]))
@@ -511,7 +474,7 @@ class OneLIPForPreTraining(CodeBundleMixin, OneLIPPreTrainedModel):
         """The model's learned log temperature (the training loop clamps it after each step)."""
         return self.onelip.logit_scale
 
-    @can_return_tuple
+    @returns_tuple_when_asked
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -523,7 +486,7 @@ class OneLIPForPreTraining(CodeBundleMixin, OneLIPPreTrainedModel):
         trim_alpha: float = 0.5,
         trim_rank: int = 8,
         trim_decomposition: str = "auto",
-        **kwargs: Unpack[TransformersKwargs],
+        **kwargs,
     ) -> OneLIPForPreTrainingOutput:
         r"""
         `OneLIPModel`'s outputs and TRIM-Refine's Z_agg (Eq. 6) over the long encoder's token states that TRIM-Select
