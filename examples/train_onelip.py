@@ -64,7 +64,6 @@ from hf_longclip import (
 )
 from hf_longclip.recipes import (
     BackboneArguments,
-    ContrastiveTask,
     FirstSentenceCollator,
     ImageTextCollator,
     LongCLIPTask,
@@ -87,14 +86,14 @@ from hf_longclip.recipes.himo_clip import HiMoCLIPTask
 from hf_longclip.recipes.onelip import (
     CARD,
     DISTILLATION_LOSSES,
-    ClipLoss,
+    TULIP_ADAM_EPSILON,
+    TULIP_MAX_GRAD_NORM,
     HardNegativeQueues,
     NegativeBank,
     OneLIPTask,
-    TULIPDistillationTask,
     default_bank_directory,
-    distillation_student,
-    finetuning_model,
+    distillation_stage,
+    finetuning_stage,
     loss_notes,
     model_digest,
     plot_recall_by_length,
@@ -151,6 +150,10 @@ class ScriptArguments:
                 "every one-stage row trains for (-1: half of them)"})
     tulip_distill_loss: str = field(default="cosine", metadata={
         "help": f"the tulip variant's distillation loss, one of {DISTILLATION_LOSSES} (TULIP's run script: cosine)"})
+    tulip_adam_epsilon: float = field(default=TULIP_ADAM_EPSILON, metadata={
+        "help": "the tulip variant's AdamW epsilon in both stages (TULIP's training/params.py:10: 1e-6)"})
+    tulip_max_grad_norm: float = field(default=TULIP_MAX_GRAD_NORM, metadata={
+        "help": "the tulip variant's gradient clipping in both stages (0: off, as TULIP's --grad-clip-norm default)"})
     hnm_queue_size: int = field(default=16, metadata={
         "help": "M, hard negatives queued per sample (Sec. 4.1: 1024 of 1.2M captions)"})
     hnm_update_steps: int = field(default=8, metadata={
@@ -231,32 +234,29 @@ def train_tulip(accelerator, args: ScriptArguments, base: str, parts: tuple, dat
                 trust_remote_code: bool = False) -> tuple[dict, dict]:
     """TULIP's two stages in `total_steps` optimizer steps, as many as each one-stage row: `tulip-distill` for
     `args.tulip_distill_steps` (half by default), then `tulip`, built from `tulip-distill`'s saved checkpoint, for the
-    rest. Each stage is a run of its own, so each is logged, checkpointed and resumed as any variant is (a resumed
-    run skips a finished stage 1)."""
+    rest, both with TULIP's AdamW epsilon and gradient clipping (`--tulip_adam_epsilon`, `--tulip_max_grad_norm`).
+    Each stage is a run of its own, so each is logged, checkpointed and resumed as any variant is (a resumed run skips
+    a finished stage 1)."""
     distill_steps = args.tulip_distill_steps if args.tulip_distill_steps >= 0 else total_steps // 2
     if not 0 < distill_steps < total_steps:
         raise SystemExit(f"--tulip_distill_steps must leave both stages at least one of the {total_steps} optimizer "
                          f"steps, got {distill_steps}")
     tokenizer, image_processor = parts
-    length = VARIANTS["onelip"][1]
-    processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
     distilled_dir = Path(loop_args.output_dir) / TULIP_STAGES[0]
+    stage_args = replace(loop_args, adam_epsilon=args.tulip_adam_epsilon, max_grad_norm=args.tulip_max_grad_norm)
 
     def build_stage(stage: str):
         set_seed(loop_args.seed)
         clip = load_clip(base, trust_remote_code)
-        if stage == TULIP_STAGES[0]:  # captions cut at the teacher's 77 tokens
-            teacher_processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer,
-                                                max_length=BASE_LENGTH)
-            return TULIPDistillationTask(distillation_student(clip, length), ImageTextCollator(teacher_processor),
-                                         teacher=clip, loss_type=args.tulip_distill_loss), processor
+        if stage == TULIP_STAGES[0]:
+            return distillation_stage(clip, tokenizer, image_processor, loss_type=args.tulip_distill_loss)
         distilled = OneLIPModel.from_pretrained(distilled_dir, dtype=torch.float32)
-        return ContrastiveTask(finetuning_model(distilled, clip), ImageTextCollator(processor), ClipLoss()), processor
+        return finetuning_stage(distilled, clip, tokenizer, image_processor)
 
     results, histories = {}, {}
     for stage, steps in zip(TULIP_STAGES, (distill_steps, total_steps - distill_steps)):
         stage_results, stage_histories = train_variants(
-            accelerator, [stage], build_stage, evaluate, dataset, replace(loop_args, max_steps=steps), lora_args,
+            accelerator, [stage], build_stage, evaluate, dataset, replace(stage_args, max_steps=steps), lora_args,
             run_args=run_args)
         results.update(stage_results)
         histories.update(stage_histories)
