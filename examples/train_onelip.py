@@ -23,10 +23,12 @@ each variant starts from that base and is trained identically (same data order, 
   clip-77-ft, clip-128, onelip-77, onelip-128: the same at other maximum training lengths, for Fig. 3 (the CLIP
                  rows keep 77 positions at 77 and use the stretched 248-position table truncated at 128)
 Then (`tulip`), TULIP's two-stage pipeline (`hf_longclip.recipes.onelip.tulip`) from the same base in
-as many optimizer steps as each one-stage row: `tulip-distill` (stage 1: the RoPE text encoder distilled from the
-frozen base's text embeddings of the captions cut at 77 tokens, `--tulip_distill_steps`, loss
-`--tulip_distill_loss`), then `tulip` (stage 2: contrastive fine-tuning of both towers on the long captions, NTK-scaled
-RoPE) for the remaining steps; each stage is its own run (logged, checkpointed, resumed, evaluated).
+as many optimizer steps as each one-stage row, as TULIP's release trains them: `tulip-distill` (stage 1: the RoPE
+student TULIP builds from the base, distilled from the frozen base's text embeddings of the captions cut at 77 tokens,
+`--tulip_distill_steps`, loss `--tulip_distill_loss`), then `tulip` (stage 2: CLIP's loss of both towers on the long
+captions, tokenised at 600, plus on their first sentences, RoPE NTK-scaled from 248 to 600 tokens) for the remaining
+steps, both with TULIP's AdamW epsilon and no clipping (`--tulip_adam_epsilon`, `--tulip_max_grad_norm`); each stage
+is its own run (logged, checkpointed, resumed, evaluated).
 Then Table 4's hard-negative rows, each trained for `--table4_epochs` passes over the first `--table4_train`
 training scenes (PO-HNM's refresh needs samples to come back), again from the same base and identically:
   table4-trim        OneLIP (TRIM), no hard negatives
