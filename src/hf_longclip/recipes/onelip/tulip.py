@@ -15,8 +15,8 @@ Both stages train an `OneLIPModel` (CLIP's image tower and a RoPE text encoder, 
 `TextTransformerRoPE`, see `convert_tulip`). What the release does, and the option of each function here that follows
 it (its default is the release's; another value is the library's earlier choice):
 
-- the student's activation is `TextTransformerRoPE`'s default, exact GELU (`transformer_rope.py`, class
-  `TextTransformerRoPE`, `act_layer=nn.GELU`; `training/main_distill_rope.py:249-254` passes none), not CLIP's
+- the student's activation is `TextTransformerRoPE`'s default, exact GELU (`transformer_rope.py:986`,
+  `act_layer=nn.GELU`; `training/main_distill_rope.py:249-254` passes none), not CLIP's
   QuickGELU: `distillation_student(activation=)`;
 - its rotary forward (`transformer_rope.py:77-102`, `apply_rotary_emb`) rotates consecutive pairs (2i, 2i + 1) of each
   head of CLIP's query and key rows as they are (`training/main_distill_rope.py:256-259` copies them); this model
@@ -69,7 +69,7 @@ DISTILLATION_LOSSES = ("cosine", "mse", "l2")
 TULIP_TEACHER_LENGTH = 77  # scripts/distill_tulip.sh: --context-length 77, the tokenizer of stage 1
 TULIP_STUDENT_LENGTH = 248  # scripts/distill_tulip.sh: --student-context-length 248
 TULIP_EXTENDED_LENGTH = 600  # training/params.py:470-474: --extended-context-length, 3 x DEFAULT_CONTEXT_LENGTH (200)
-TULIP_TEXT_ACTIVATION = "gelu"  # transformer_rope.py: TextTransformerRoPE's act_layer, nn.GELU
+TULIP_TEXT_ACTIVATION = "gelu"  # transformer_rope.py:986: TextTransformerRoPE's act_layer, nn.GELU
 TULIP_ADAM_EPSILON = 1e-6  # training/params.py:10
 TULIP_MAX_GRAD_NORM = 0.0  # training/params.py:373: --grad-clip-norm None (no clipping)
 
