@@ -23,10 +23,12 @@ each variant starts from that base and is trained identically (same data order, 
   clip-77-ft, clip-128, onelip-77, onelip-128: the same at other maximum training lengths, for Fig. 3 (the CLIP
                  rows keep 77 positions at 77 and use the stretched 248-position table truncated at 128)
 Then (`tulip`), TULIP's two-stage pipeline (`hf_longclip.recipes.onelip.tulip`) from the same base in
-as many optimizer steps as each one-stage row: `tulip-distill` (stage 1: the RoPE text encoder distilled from the
-frozen base's text embeddings of the captions cut at 77 tokens, `--tulip_distill_steps`, loss
-`--tulip_distill_loss`), then `tulip` (stage 2: contrastive fine-tuning of both towers on the long captions, NTK-scaled
-RoPE) for the remaining steps; each stage is its own run (logged, checkpointed, resumed, evaluated).
+as many optimizer steps as each one-stage row, as TULIP's release trains them: `tulip-distill` (stage 1: the RoPE
+student TULIP builds from the base, distilled from the frozen base's text embeddings of the captions cut at 77 tokens,
+`--tulip_distill_steps`, loss `--tulip_distill_loss`), then `tulip` (stage 2: CLIP's loss of both towers on the long
+captions, tokenised at 600, plus on their first sentences, RoPE NTK-scaled from 248 to 600 tokens) for the remaining
+steps, both with TULIP's AdamW epsilon and no clipping (`--tulip_adam_epsilon`, `--tulip_max_grad_norm`); each stage
+is its own run (logged, checkpointed, resumed, evaluated).
 Then Table 4's hard-negative rows, each trained for `--table4_epochs` passes over the first `--table4_train`
 training scenes (PO-HNM's refresh needs samples to come back), again from the same base and identically:
   table4-trim        OneLIP (TRIM), no hard negatives
@@ -64,7 +66,6 @@ from hf_longclip import (
 )
 from hf_longclip.recipes import (
     BackboneArguments,
-    ContrastiveTask,
     FirstSentenceCollator,
     ImageTextCollator,
     LongCLIPTask,
@@ -87,14 +88,14 @@ from hf_longclip.recipes.himo_clip import HiMoCLIPTask
 from hf_longclip.recipes.onelip import (
     CARD,
     DISTILLATION_LOSSES,
-    ClipLoss,
+    TULIP_ADAM_EPSILON,
+    TULIP_MAX_GRAD_NORM,
     HardNegativeQueues,
     NegativeBank,
     OneLIPTask,
-    TULIPDistillationTask,
     default_bank_directory,
-    distillation_student,
-    finetuning_model,
+    distillation_stage,
+    finetuning_stage,
     loss_notes,
     model_digest,
     plot_recall_by_length,
@@ -151,6 +152,10 @@ class ScriptArguments:
                 "every one-stage row trains for (-1: half of them)"})
     tulip_distill_loss: str = field(default="cosine", metadata={
         "help": f"the tulip variant's distillation loss, one of {DISTILLATION_LOSSES} (TULIP's run script: cosine)"})
+    tulip_adam_epsilon: float = field(default=TULIP_ADAM_EPSILON, metadata={
+        "help": "the tulip variant's AdamW epsilon in both stages (TULIP's training/params.py:10: 1e-6)"})
+    tulip_max_grad_norm: float = field(default=TULIP_MAX_GRAD_NORM, metadata={
+        "help": "the tulip variant's gradient clipping in both stages (0: off, as TULIP's --grad-clip-norm default)"})
     hnm_queue_size: int = field(default=16, metadata={
         "help": "M, hard negatives queued per sample (Sec. 4.1: 1024 of 1.2M captions)"})
     hnm_update_steps: int = field(default=8, metadata={
@@ -231,32 +236,29 @@ def train_tulip(accelerator, args: ScriptArguments, base: str, parts: tuple, dat
                 trust_remote_code: bool = False) -> tuple[dict, dict]:
     """TULIP's two stages in `total_steps` optimizer steps, as many as each one-stage row: `tulip-distill` for
     `args.tulip_distill_steps` (half by default), then `tulip`, built from `tulip-distill`'s saved checkpoint, for the
-    rest. Each stage is a run of its own, so each is logged, checkpointed and resumed as any variant is (a resumed
-    run skips a finished stage 1)."""
+    rest, both with TULIP's AdamW epsilon and gradient clipping (`--tulip_adam_epsilon`, `--tulip_max_grad_norm`).
+    Each stage is a run of its own, so each is logged, checkpointed and resumed as any variant is (a resumed run skips
+    a finished stage 1)."""
     distill_steps = args.tulip_distill_steps if args.tulip_distill_steps >= 0 else total_steps // 2
     if not 0 < distill_steps < total_steps:
         raise SystemExit(f"--tulip_distill_steps must leave both stages at least one of the {total_steps} optimizer "
                          f"steps, got {distill_steps}")
     tokenizer, image_processor = parts
-    length = VARIANTS["onelip"][1]
-    processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=length)
     distilled_dir = Path(loop_args.output_dir) / TULIP_STAGES[0]
+    stage_args = replace(loop_args, adam_epsilon=args.tulip_adam_epsilon, max_grad_norm=args.tulip_max_grad_norm)
 
     def build_stage(stage: str):
         set_seed(loop_args.seed)
         clip = load_clip(base, trust_remote_code)
-        if stage == TULIP_STAGES[0]:  # captions cut at the teacher's 77 tokens
-            teacher_processor = OneLIPProcessor(image_processor=image_processor, tokenizer=tokenizer,
-                                                max_length=BASE_LENGTH)
-            return TULIPDistillationTask(distillation_student(clip, length), ImageTextCollator(teacher_processor),
-                                         teacher=clip, loss_type=args.tulip_distill_loss), processor
+        if stage == TULIP_STAGES[0]:
+            return distillation_stage(clip, tokenizer, image_processor, loss_type=args.tulip_distill_loss)
         distilled = OneLIPModel.from_pretrained(distilled_dir, dtype=torch.float32)
-        return ContrastiveTask(finetuning_model(distilled, clip), ImageTextCollator(processor), ClipLoss()), processor
+        return finetuning_stage(distilled, clip, tokenizer, image_processor)
 
     results, histories = {}, {}
     for stage, steps in zip(TULIP_STAGES, (distill_steps, total_steps - distill_steps)):
         stage_results, stage_histories = train_variants(
-            accelerator, [stage], build_stage, evaluate, dataset, replace(loop_args, max_steps=steps), lora_args,
+            accelerator, [stage], build_stage, evaluate, dataset, replace(stage_args, max_steps=steps), lora_args,
             run_args=run_args)
         results.update(stage_results)
         histories.update(stage_histories)

@@ -1,6 +1,6 @@
 """Losses shared by the models' objectives, in open_clip's `loss.py` style: pure functions over embeddings (gather
 with gradient across processes, InfoNCE, SigLIP's pairwise sigmoid loss; `losses.py`) and the modules returning named
-terms that several models use (`ClipLoss`, `LongCLIPLoss`). Each model's own objective lives in its folder
+terms that several models use (`ClipLoss`, `LongCLIPLoss`, `TULIPLoss`). Each model's own objective lives in its folder
 (`hf_longclip.models.<arch>.objective`) and is applied by its task to the model's outputs; the training loop logs
 every term.
 
@@ -8,9 +8,10 @@ every term.
 |---|---|---|
 | `ClipLoss` | contrastive_loss | CLIP InfoNCE over the gathered batch |
 | `LongCLIPLoss` | long_loss, short_loss | Long-CLIP: long-caption InfoNCE + short captions against the images' PCA |
+| `TULIPLoss` | contrastive_loss, short_contrastive_loss | TULIP's stage 2: InfoNCE on long captions + first sentences |
 """
 
-from hf_longclip.objectives.clip import ClipLoss
+from hf_longclip.objectives.clip import ClipLoss, TULIPLoss
 from hf_longclip.objectives.longclip import LongCLIPLoss, principal_component_reconstruction
 from hf_longclip.objectives.losses import (
            check_paired_embeddings,
@@ -20,5 +21,5 @@ from hf_longclip.objectives.losses import (
            sigmoid_loss,
 )
 
-__all__ = ["ClipLoss", "LongCLIPLoss", "check_paired_embeddings", "contrastive_loss", "gather_rows_with_grad",
-           "gather_with_grad", "principal_component_reconstruction", "sigmoid_loss"]
+__all__ = ["ClipLoss", "LongCLIPLoss", "TULIPLoss", "check_paired_embeddings", "contrastive_loss",
+           "gather_rows_with_grad", "gather_with_grad", "principal_component_reconstruction", "sigmoid_loss"]

@@ -20,3 +20,19 @@ class ClipLoss(nn.Module):
         loss = contrastive_loss(image_embeds, text_embeds, all_image, all_text, logit_scale, offset,
                                 self.label_smoothing)
         return {"contrastive_loss": loss}
+
+
+class TULIPLoss(nn.Module):
+    """TULIP's second-stage loss (ivonajdenkoska/tulip at 132c174, `open_clip/training/train.py:289-304`): `ClipLoss`
+    of the images against their long captions plus `ClipLoss` of the same images against the captions' first
+    sentences, unweighted. Returns `{"contrastive_loss": ..., "short_contrastive_loss": ...}`."""
+
+    def __init__(self):
+        super().__init__()
+        self.clip_loss = ClipLoss()
+
+    def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, short_text_embeds: torch.Tensor,
+                logit_scale: torch.Tensor) -> dict:
+        return {"contrastive_loss": self.clip_loss(image_embeds, text_embeds, logit_scale)["contrastive_loss"],
+                "short_contrastive_loss": self.clip_loss(image_embeds, short_text_embeds,
+                                                         logit_scale)["contrastive_loss"]}

@@ -59,36 +59,31 @@ def first_sentence(caption: str) -> str:
 @dataclass
 class FirstSentenceCollator(ImageTextCollator):
     """`ImageTextCollator` plus `short_input_ids` / `short_attention_mask`: each caption's first sentence
-    (`first_sentence`), padded to the longest of them (Long-CLIP pads them to 248 tokens; CLIP's causal text encoder
-    gives the same embedding at any padding, and a short caption costs its own length, not the long one's)."""
+    (`first_sentence`, or the function `short_caption`), padded to the longest of them (Long-CLIP pads them to 248
+    tokens; CLIP's causal text encoder gives the same embedding at any padding, and a short caption costs its own
+    length, not the long one's)."""
+
+    short_caption: Callable[[str], str] = first_sentence
 
     def __call__(self, rows: list[dict]) -> dict:
         batch = super().__call__(rows)
-        short = self.processor(text=[first_sentence(row[self.text_column]) for row in rows], padding="longest")
+        short = self.processor(text=[self.short_caption(row[self.text_column]) for row in rows], padding="longest")
         for key in ("input_ids", "attention_mask"):
             batch[SHORT_PREFIX + key] = short[key]
         return batch
 
 
-class LongCLIPTask(KeptPositionsTask):
-    """Long-CLIP's fine-tuning (Zhang et al., ECCV 2024), HiMo-CLIP's baseline: `LongCLIPLoss` over the images, the
-    long captions and their first sentences (batches of `FirstSentenceCollator`), text position rows 0-19 kept as
-    the model's config says (`KeptPositionsTask`; converted and stretched models keep them).
-
-    num_components: the principal components of the images' features the short captions are matched to (32).
-    label_smoothing: of every cross-entropy (0.1, as released).
-    """
-
-    def __init__(self, model: nn.Module, collate_fn: Callable, num_components: int = LONGCLIP_COMPONENTS,
-                 label_smoothing: float = LONGCLIP_LABEL_SMOOTHING):
-        super().__init__(model, collate_fn, LongCLIPLoss(num_components, label_smoothing))
+class FirstSentenceTask(KeptPositionsTask):
+    """A contrastive task over the images, the long captions and their first sentences (batches of
+    `FirstSentenceCollator`): `objective(image_embeds, text_embeds, short_text_embeds, logit_scale)`."""
 
     def encode(self, model: nn.Module, batch: dict) -> dict[str, torch.Tensor]:
         """The forward over the images and long captions (the DDP / ZeRO call), then the text tower over the short
         captions at their own length; autograd sums both uses of the text weights before DDP's gradient hooks fire."""
         missing = [SHORT_PREFIX + key for key in ("input_ids", "attention_mask") if SHORT_PREFIX + key not in batch]
         if missing:
-            raise ValueError(f"LongCLIPTask needs the short captions' {missing} (batches of FirstSentenceCollator)")
+            raise ValueError(f"{type(self).__name__} needs the short captions' {missing} (batches of "
+                             "FirstSentenceCollator)")
         outputs = model(**{key: value for key, value in batch.items() if not key.startswith(SHORT_PREFIX)})
         unwrapped = getattr(model, "module", model)  # DDP's and DeepSpeed's engines hold the model as `.module`
         short = unwrapped.get_text_features(batch[SHORT_PREFIX + "input_ids"],
@@ -101,9 +96,23 @@ class LongCLIPTask(KeptPositionsTask):
         return self.objective(encoded["image_embeds"], encoded["text_embeds"], encoded["short_text_embeds"],
                               encoded["logit_scale"])
 
+
+class LongCLIPTask(FirstSentenceTask):
+    """Long-CLIP's fine-tuning (Zhang et al., ECCV 2024), HiMo-CLIP's baseline: `LongCLIPLoss` over the images, the
+    long captions and their first sentences (batches of `FirstSentenceCollator`), text position rows 0-19 kept as
+    the model's config says (`KeptPositionsTask`; converted and stretched models keep them).
+
+    num_components: the principal components of the images' features the short captions are matched to (32).
+    label_smoothing: of every cross-entropy (0.1, as released).
+    """
+
+    def __init__(self, model: nn.Module, collate_fn: Callable, num_components: int = LONGCLIP_COMPONENTS,
+                 label_smoothing: float = LONGCLIP_LABEL_SMOOTHING):
+        super().__init__(model, collate_fn, LongCLIPLoss(num_components, label_smoothing))
+
     def options(self) -> dict:
         return dict(objective="longclip", pca_components=self.objective.num_components,
                     label_smoothing=self.objective.label_smoothing)
 
 
-__all__ = ["FirstSentenceCollator", "KeptPositionsTask", "LongCLIPTask", "first_sentence"]
+__all__ = ["FirstSentenceCollator", "FirstSentenceTask", "KeptPositionsTask", "LongCLIPTask", "first_sentence"]

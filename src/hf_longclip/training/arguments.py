@@ -40,6 +40,7 @@ class LoopArguments:
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay of matrices (not of biases, norms, "
                                                                "scales)"})
     adam_beta2: float = field(default=0.98, metadata={"help": "AdamW beta2 (beta1 is 0.9)"})
+    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW epsilon (torch's default)"})
     lr_multipliers: str = field(default="", metadata={
         "help": "per-module learning-rate factors, comma-separated 'prefix=factor' matched against parameter "
                 "names (dot-separated components; the longest matching prefix wins; unmatched parameters keep "

@@ -211,7 +211,8 @@ def train(
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     groups = parameter_groups(model, args.weight_decay, args.learning_rate, args.lr_multipliers, args.layer_decay)
-    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, betas=(0.9, args.adam_beta2))
+    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, betas=(0.9, args.adam_beta2),
+                                  eps=args.adam_epsilon)
     # the history logs the rate of factor 1 (the scheduler reports the first group's, the largest factor's)
     first_group_factor = groups[0]["lr"] / args.learning_rate if "lr" in groups[0] and args.learning_rate else 1.0
     if args.train_shards:  # streamed: the loader is ours (each process reads its own shards), not accelerate's

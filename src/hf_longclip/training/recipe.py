@@ -362,6 +362,8 @@ def cached_pretraining(accelerator: Accelerator, cache_dir: str | Path, prefix: 
     recipe = {**recipe, "steps": loop_args.max_steps, "learning_rate": loop_args.learning_rate,
               "seed": loop_args.seed, "global_batch": global_batch, "weight_decay": loop_args.weight_decay,
               "adam_beta2": loop_args.adam_beta2}
+    if loop_args.adam_epsilon != LoopArguments.adam_epsilon:  # keys of the bases built at torch's default stay valid
+        recipe["adam_epsilon"] = loop_args.adam_epsilon
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cache_dir) / f"{prefix}-{key}"
     checkpoint, finished = root / name, root / "eval" / f"{name}.json"

@@ -1,27 +1,33 @@
-"""TULIP's two stages as the OneLIP miniature runs them (`hf_longclip.recipes.onelip.tulip`): the distillation loss of
-stage 1 against a transcription of TULIP's released training step, what each stage trains, the NTK switch and the
-text projection of stage 2, and examples/train_onelip.py's `tulip` variant under `accelerate launch`, killed in
-either stage and resumed to the weights of an uninterrupted run."""
+"""TULIP's two stages as the OneLIP miniature runs them (`hf_longclip.recipes.onelip.tulip`), against transcriptions of
+TULIP's released code (ivonajdenkoska/tulip at commit 132c174f361ce7f8f2c1941e97a56ffc6f900bab): the stage-1 student
+at step 0 and its distillation loss, what each stage trains, stage 2's frequencies, caption length and loss; and
+examples/train_onelip.py's `tulip` variant under `accelerate launch`, killed in either stage and resumed to the weights
+of an uninterrupted run."""
 
+import copy
 import json
 import subprocess
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.nn import MSELoss
 from transformers import CLIPConfig, CLIPModel
 
-from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
+from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor, tiny_sub_configs
 from helpers.launch import accelerate_launch, kill_when_written, run, script_env, weights
 from hf_longclip import OneLIPModel
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.recipes.onelip.tulip import (
     DISTILLATION_LOSSES,
+    TULIP_ADAM_EPSILON,
     TULIPDistillationTask,
     distillation_loss,
     distillation_student,
     finetuning_model,
+    finetuning_stage,
 )
+from hf_longclip.training.optimizer import parameter_groups
 
 
 def tulip_distillation_loss(teacher_out: torch.Tensor, student_out: torch.Tensor, loss_type: str) -> torch.Tensor:
@@ -81,20 +87,6 @@ def test_stage_one_trains_the_text_side_only():
     assert not student.config.text_config.rope_ntk_scaling  # plain RoPE while distilling, as TULIP's student
 
 
-def test_stage_two_scales_the_rope_and_takes_back_clips_text_projection():
-    clip, student, _, _ = _stage_one()
-    with torch.no_grad():
-        student.text_projection.weight.mul_(2)  # what distillation moved
-    model = finetuning_model(student, clip)
-    assert all(param.requires_grad for param in model.parameters())
-    assert torch.equal(model.text_projection.weight, clip.text_projection.weight)
-    assert model.config.text_config.rope_ntk_scaling
-    # the NTK-scaled frequencies of a OneLIP built for 248 tokens (Sec. 4.1), unlike stage 1's plain ones
-    expected = OneLIPModel.from_clip(clip, max_length=248).text_model.rotary.inv_freq
-    torch.testing.assert_close(model.text_model.rotary.inv_freq, expected, rtol=0, atol=0)
-    assert not torch.equal(distillation_student(clip, 248).text_model.rotary.inv_freq, expected)
-
-
 def test_bad_distillation_options_raise():
     with pytest.raises(ValueError, match="loss_type"):
         distillation_loss(torch.ones(2, 3), torch.ones(2, 3), "kl")
@@ -102,6 +94,201 @@ def test_bad_distillation_options_raise():
         distillation_loss(torch.ones(2, 3), torch.ones(2, 4))
     with pytest.raises(ValueError, match="loss_type"):
         TULIPDistillationTask(OneLIPModel.from_clip(tiny_clip()), None, teacher=tiny_clip(), loss_type="kl")
+
+
+# Transcribed from ivonajdenkoska/tulip, commit 132c174f361ce7f8f2c1941e97a56ffc6f900bab, open_clip/transformer_rope.py:
+# `precompute_freqs_cis` (16-35), `precompute_freqs_cis_dynamic_ntk_scaling` (37-53), `apply_rotary_emb` (77-102) and
+# the forward of `TextTransformerRoPE` (`TransformerRoPe`, `CustomResidualAttentionBlockRoPE`, `AttentionRoPE`) at the
+# defaults main_distill_rope.py:249-254 builds it with (nn.GELU, no LayerScale, argmax pooling), its causal mask cut
+# at the text's length (the release's 248 x 248 mask does not add to a 77-token text's scores). einops' rearranges are
+# written as views and permutes.
+def tulip_precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0) -> torch.Tensor:
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    t = torch.arange(end, device=freqs.device)
+    freqs = torch.outer(t, freqs).float()
+    return torch.polar(torch.ones_like(freqs), freqs)
+
+
+def tulip_precompute_freqs_cis_dynamic_ntk_scaling(dim: int, new_end: int, end: int, scaling_factor: float = 2.,
+                                                   theta: float = 10000.0) -> torch.Tensor:
+    theta = theta * ((scaling_factor * new_end / end) - (scaling_factor - 1)) ** (dim / (dim - 2))
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    t = torch.arange(new_end, device=freqs.device)
+    freqs = torch.outer(t, freqs).float()
+    return torch.polar(torch.ones_like(freqs), freqs)
+
+
+def tulip_apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs_cis: torch.Tensor):
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    freqs_cis = freqs_cis.view(1, xq_.shape[1], 1, xq_.shape[-1])  # reshape_for_broadcast
+    xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
+    xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
+    return xq_out.type_as(xq), xk_out.type_as(xk)
+
+
+def tulip_text_transformer_rope(state: dict, text: torch.Tensor, heads: int, layers: int) -> torch.Tensor:
+    """`TextTransformerRoPE(text)` over open_clip-layout weights `state` (what main_distill_rope.py:256-259 copies
+    from CLIP into the student): the projected text embedding at each text's end-of-text token (the largest id)."""
+    width = state["token_embedding.weight"].shape[1]
+    seq_len = text.shape[1]
+    x = F.embedding(text, state["token_embedding.weight"])
+    attn_mask = torch.empty(seq_len, seq_len).fill_(float("-inf")).triu_(1)
+    freqs_cis = tulip_precompute_freqs_cis(width // heads, 500 * 2)[:seq_len]
+    x = x.permute(1, 0, 2)  # NLD -> LND
+    for i in range(layers):
+        p = f"transformer.resblocks.{i}."
+        h = F.layer_norm(x, (width,), state[p + "ln_1.weight"], state[p + "ln_1.bias"])
+        L, N, C = h.shape
+        q, k, v = F.linear(h, state[p + "attn.in_proj_weight"], state[p + "attn.in_proj_bias"]).chunk(3, dim=-1)
+        q, k, v = (t.view(L, N, heads, C // heads).permute(1, 0, 2, 3) for t in (q, k, v))
+        q, k = tulip_apply_rotary_emb(q, k, freqs_cis=freqs_cis)
+        q, k, v = (t.permute(0, 2, 1, 3).reshape(N * heads, L, C // heads) for t in (q, k, v))
+        attn = torch.bmm(q * (C // heads) ** -0.5, k.transpose(-1, -2)) + attn_mask
+        out = torch.bmm(attn.softmax(dim=-1), v).transpose(0, 1).reshape(L, N, C)
+        x = x + F.linear(out, state[p + "attn.out_proj.weight"], state[p + "attn.out_proj.bias"])
+        h = F.layer_norm(x, (width,), state[p + "ln_2.weight"], state[p + "ln_2.bias"])
+        h = F.gelu(F.linear(h, state[p + "mlp.c_fc.weight"], state[p + "mlp.c_fc.bias"]))
+        x = x + F.linear(h, state[p + "mlp.c_proj.weight"], state[p + "mlp.c_proj.bias"])
+    x = F.layer_norm(x.permute(1, 0, 2), (width,), state["ln_final.weight"], state["ln_final.bias"])
+    return x[torch.arange(x.shape[0]), text.argmax(dim=-1)] @ state["text_projection"]
+
+
+def open_clip_text_state(clip: CLIPModel) -> dict[str, torch.Tensor]:
+    """The text weights of `clip` in open_clip's layout (the names TULIP's student loads)."""
+    text, state = clip.text_model, {}
+    state["token_embedding.weight"] = text.embeddings.token_embedding.weight
+    for i, layer in enumerate(text.encoder.layers):
+        p, attn = f"transformer.resblocks.{i}.", layer.self_attn
+        state[p + "attn.in_proj_weight"] = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+        state[p + "attn.in_proj_bias"] = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
+        for ours, theirs in (("self_attn.out_proj", "attn.out_proj"), ("layer_norm1", "ln_1"), ("layer_norm2", "ln_2"),
+                             ("mlp.fc1", "mlp.c_fc"), ("mlp.fc2", "mlp.c_proj")):
+            module = layer.get_submodule(ours)
+            state[p + theirs + ".weight"], state[p + theirs + ".bias"] = module.weight, module.bias
+    state["ln_final.weight"], state["ln_final.bias"] = text.final_layer_norm.weight, text.final_layer_norm.bias
+    state["text_projection"] = clip.text_projection.weight.T
+    return {name: value.detach() for name, value in state.items()}
+
+
+def test_initial_student_equals_tulips_student():
+    """At step 0 the student TULIP builds from a CLIP (exact GELU, RoPE on CLIP's rows in consecutive pairs) and the
+    library's give the same projected embedding of 77-token texts. A CLIP with random weights everywhere (biases and
+    norms too) and OpenAI's convention that the end-of-text id is the largest (TULIP pools at the argmax)."""
+    sub_configs = tiny_sub_configs(77)
+    sub_configs["text_config"].update(bos_token_id=78, eos_token_id=79, pad_token_id=0)
+    torch.manual_seed(0)
+    clip = CLIPModel(CLIPConfig(**sub_configs)).eval()
+    assert clip.config.text_config.hidden_act == "quick_gelu"
+    with torch.no_grad():
+        for param in clip.parameters():
+            param.add_(0.1 * torch.randn_like(param))
+    generator = torch.Generator().manual_seed(0)
+    text = torch.zeros(3, 77, dtype=torch.long)
+    for row, end in enumerate((76, 40, 9)):  # open_clip's tokens: start, words, end of text, zeros
+        text[row, 0], text[row, 1:end] = 78, torch.randint(2, 78, (end - 1,), generator=generator)
+        text[row, end] = 79
+    expected = tulip_text_transformer_rope(open_clip_text_state(clip), text, heads=4, layers=2)
+    student = distillation_student(clip)
+    assert student.config.text_config.max_position_embeddings == 248
+    with torch.no_grad():
+        actual = student.get_text_features(input_ids=text, attention_mask=(text != 0).long()).pooler_output
+    # parity with the release's computation: the same float32 operations in another order (complex rotation, fused
+    # attention), 2 layers on unit-scale activations
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_stage_one_leaves_the_token_embedding_unchanged():
+    """An AdamW step as the loop takes it (its parameter groups, weight decay 0.1) moves the student's text weights but
+    not its token embedding, which TULIP keeps out of its optimizer (main_distill_rope.py:335, 341)."""
+    clip, student, task, batch = _stage_one()
+    embedding = student.text_model.get_input_embeddings().weight.detach().clone()
+    query = student.text_model.encoder.layers[0].self_attn.q_proj.weight.detach().clone()
+    optimizer = torch.optim.AdamW(parameter_groups(student, weight_decay=0.1), lr=1e-3, betas=(0.9, 0.98),
+                                  eps=TULIP_ADAM_EPSILON)
+    task.compute_loss(student, batch)["distillation_loss"].backward()
+    optimizer.step()
+    assert torch.equal(student.text_model.get_input_embeddings().weight, embedding)
+    assert not torch.equal(student.text_model.encoder.layers[0].self_attn.q_proj.weight, query)
+
+
+def tulip_clip_loss(image_features, text_features, logit_scale):
+    """open_clip/loss.py `ClipLoss.forward` on one process (world_size 1), as TULIP's release has it."""
+    logits_per_image = logit_scale * image_features @ text_features.T
+    logits_per_text = logit_scale * text_features @ image_features.T
+    labels = torch.arange(logits_per_image.shape[0], device=image_features.device, dtype=torch.long)
+    return (F.cross_entropy(logits_per_image, labels) + F.cross_entropy(logits_per_text, labels)) / 2
+
+
+def _stage_two():
+    clip, student, _, _ = _stage_one()
+    processor = tiny_onelip_processor()
+    return clip, finetuning_stage(copy.deepcopy(student), clip, processor.tokenizer, processor.image_processor)
+
+
+def test_stage_two_loss_equals_tulips_on_captions_of_several_sentences():
+    """TULIP's train.py:289-301: ClipLoss of the images against the long captions plus ClipLoss against their first
+    sentences, `caption.split(".")[0]` (data.py:100), every text tokenised and padded at the 600-token context
+    length (main_context_finetune_rope.py:435); open_clip's CLIP normalises both features and exponentiates the
+    scale."""
+    _, (task, processor) = _stage_two()
+    model = task.model
+    captions = [f"{caption} {' '.join(CAPTIONS[:i])}" for i, caption in enumerate(CAPTIONS)]
+    captions[2] = "a gray picture. it holds a yellow cross.in the center. nothing else"
+    assert all(caption.count(".") >= 2 for caption in captions[1:])
+    images = random_images(len(captions))
+    batch = task.collate_fn([{"image": image, "caption": caption} for image, caption in zip(images, captions)])
+    terms = task.compute_loss(model, batch)
+    with torch.no_grad():
+        pixels = processor(images=images)["pixel_values"]
+        long = processor(text=captions, padding="max_length")
+        short = processor(text=[str(caption).split(".")[0] for caption in captions], padding="max_length")
+        assert long["input_ids"].shape[1] == short["input_ids"].shape[1] == 600
+        image_features = F.normalize(model.get_image_features(pixel_values=pixels).pooler_output, dim=-1)
+        logit_scale = model.logit_scale.exp()
+        total_loss = sum(
+            tulip_clip_loss(image_features, F.normalize(model.get_text_features(**texts).pooler_output, dim=-1),
+                            logit_scale)
+            for texts in (long, short))
+    assert set(terms) == {"contrastive_loss", "short_contrastive_loss"}
+    # the same computation but for the padding (the causal encoder pools before it) and the order of the sum
+    torch.testing.assert_close(sum(terms.values()), total_loss, atol=1e-5, rtol=0)
+
+
+def test_a_600_token_caption_reaches_the_text_tower_whole():
+    """Stage 2 tokenises captions at TULIP's extended context length, 600 (params.py:470-474: 3 x the release's
+    DEFAULT_CONTEXT_LENGTH 200), and the text tower encodes every token of such a caption."""
+    _, (task, processor) = _stage_two()
+    text = " ".join(["a small red circle next to a large blue square."] * 20)
+    caption = next(text[:end] for end in range(len(text)) if len(processor.tokenizer(text[:end])["input_ids"]) == 600)
+    ids = processor.tokenizer(caption)["input_ids"]
+    seen = []
+    hook = task.model.text_model.embeddings.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    batch = task.collate_fn([{"image": image, "caption": text}
+                             for image, text in zip(random_images(2), [caption, CAPTIONS[0]])])
+    task.compute_loss(task.model, batch)
+    hook.remove()
+    assert seen[0][0].tolist() == ids  # the long captions' forward, the 600-token caption first
+
+
+def test_stage_two_scales_the_rope_as_tulip_and_takes_back_clips_text_projection():
+    clip, student, _, _ = _stage_one()
+    with torch.no_grad():
+        student.text_projection.weight.mul_(2)  # what distillation moved
+    model = finetuning_model(student, clip)
+    assert all(param.requires_grad for param in model.parameters())
+    assert torch.equal(model.text_projection.weight, clip.text_projection.weight)
+    assert model.config.text_config.rope_ntk_scaling
+    assert model.config.text_config.max_position_embeddings == 600
+    # main_context_finetune_rope.py:306-309: new_end 600 (--extended-context-length), end 248 (the student's
+    # length), factor 8 (params.py:476-480); the angle of position 1 is each inverse frequency
+    head_dim = clip.config.text_config.hidden_size // clip.config.text_config.num_attention_heads
+    freqs_cis = tulip_precompute_freqs_cis_dynamic_ntk_scaling(head_dim, new_end=600, end=248, scaling_factor=8.)
+    # the same formula evaluated by transformers' dynamic-NTK initialisation: float32 roundings of a power
+    torch.testing.assert_close(model.text_model.rotary.inv_freq, freqs_cis[1].angle(), rtol=1e-6, atol=0)
+    plain = tulip_precompute_freqs_cis(head_dim, 2)[1].angle()  # stage 1: plain RoPE
+    torch.testing.assert_close(distillation_student(clip).text_model.rotary.inv_freq, plain, rtol=1e-6, atol=0)
+    assert not torch.allclose(plain, freqs_cis[1].angle())
 
 
 TINY = ["--num_train", "64", "--num_test", "24", "--image_size", "32", "--hidden_size", "32", "--num_layers", "1",
