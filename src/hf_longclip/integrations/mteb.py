@@ -8,15 +8,15 @@ tasks (`mteb` 2.26, whose image tasks were MIEB), run by MTEB's own evaluation::
     tasks = long_caption_tasks("urban1k", "data/Urban1k")      # Urban1kI2TRetrieval, Urban1kT2IRetrieval
     results = mteb.evaluate(model_meta("path/or/hub-id"), tasks, cache=ResultCache("mteb-results"))
 
-`model_meta(checkpoint)` is the checkpoint's `mteb.models.ModelMeta` (`LongCLIPModelMeta`: image and text modalities, cosine similarity,
-the projection width and the text length it reads); its loader is `LongCLIPEncoder`, which loads the checkpoint as
-`hf-longclip eval` does (`hf_longclip.evaluation.load_model`: any of our dual encoders or a plain `CLIPModel`) and
-embeds MTEB's batches of texts or images as `hf-longclip eval` does (`encode_texts`, `encode_images`: texts cut at
-the model's own length, 248 tokens for HiMo-CLIP, never CLIP's 77).
+`model_meta(checkpoint)` is the checkpoint's `mteb.models.ModelMeta` (a `LongCLIPModelMeta`: image and text
+modalities, cosine similarity, the projection width and the text length it reads); its loader is `LongCLIPEncoder`,
+which loads the checkpoint as `hf-longclip eval` does (`hf_longclip.evaluation.load_model`: any of our dual encoders
+or a plain `CLIPModel`) and embeds MTEB's batches of texts or images as `hf-longclip eval` does (`encode_texts`,
+`encode_images`: texts cut at the model's own length, 248 tokens for HiMo-CLIP, never CLIP's 77).
 
 `long_caption_tasks(benchmark, data_dir, ...)` reads any benchmark of `hf-longclip eval --dataset` from its files
 with the library's loaders (no download; ``protocol``, ``split`` and ``max_samples`` as there) and returns two
-`AbsTaskRetrieval` tasks of MTEB's ``Any2AnyRetrieval`` type: ``<Name>I2TRetrieval`` (an image's queries, every
+`AbsTaskRetrieval` tasks of MTEB's ``Any2AnyRetrieval`` type: ``<Name>I2TRetrieval`` (an image queries, every
 caption of the image relevant) and ``<Name>T2IRetrieval`` (a caption's query, its image relevant). MTEB scores them
 with its retrieval evaluator (pytrec_eval): nDCG@10 is the main score, beside recall@k, hit rate@k and the rest.
 MTEB's ``recall_at_k`` is the share of the query's relevant documents among its top k, so for text -> image (one
@@ -87,7 +87,8 @@ def model_meta(checkpoint: str, name: str | None = None, revision: str | None = 
     if name is None:
         name = checkpoint if _hub_id(checkpoint) else f"local/{Path(checkpoint).resolve().name}"
     return LongCLIPModelMeta(
-        loader=LongCLIPEncoder, loader_kwargs={"checkpoint": checkpoint}, name=name, revision=revision, release_date=None, languages=["eng-Latn"],
+        loader=LongCLIPEncoder, loader_kwargs={"checkpoint": checkpoint}, name=name, revision=revision,
+        release_date=None, languages=["eng-Latn"],
         n_parameters=sum(p.numel() for p in model.parameters()), memory_usage_mb=None,
         max_tokens=text_max_length(processor, model), embed_dim=model.config.projection_dim, license=None,
         open_weights=True, public_training_code=None, public_training_data=None, framework=["PyTorch"],
@@ -166,4 +167,5 @@ def long_caption_tasks(benchmark: str, data_dir: str | None, protocol: str | Non
     return [long_caption_task(benchmark, data_dir, direction, protocol, split, max_samples) for direction in DIRECTIONS]
 
 
-__all__ = ["LongCLIPEncoder", "LongCLIPModelMeta", "LongCaptionRetrieval", "long_caption_task", "long_caption_tasks", "model_meta"]
+__all__ = ["LongCLIPEncoder", "LongCLIPModelMeta", "LongCaptionRetrieval", "long_caption_task", "long_caption_tasks",
+           "model_meta"]
