@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from helpers.builders import char_clip_tokenizer, tiny_clip, tiny_himo, tiny_processor
+from helpers.builders import tiny_himo, tiny_processor
 from helpers.dual_encoders import clip_like
 from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
 from helpers.fcast import tiny_fcast
@@ -44,8 +44,8 @@ def write_urban1k(root: Path, count: int, captions=None) -> Path:
 
 
 def save_dual_encoder(name: str, path: Path) -> Path:
-    """A tiny random checkpoint of `name` (himo_clip, ditm, onelip, fcast, or clip: a plain transformers CLIPModel
-    whose tokenizer reads 77 tokens) saved to `path`."""
+    """A tiny random checkpoint of `name` (himo_clip, ditm, onelip, fcast, or clip: a HiMo-CLIP exported as a plain
+    transformers CLIPModel of 248 positions) saved to `path`."""
     from hf_longclip import DITMModel, DITMProcessor, OneLIPModel, OneLIPProcessor
 
     if name == "himo_clip":
@@ -56,13 +56,10 @@ def save_dual_encoder(name: str, path: Path) -> Path:
         model, processor = clip_like(OneLIPModel, OneLIPProcessor)
     elif name == "fcast":
         model, processor = tiny_fcast().eval(), tiny_fcast_processor()
-    elif name == "clip":
-        from transformers import CLIPProcessor
+    elif name == "clip":  # HiMo-CLIP exported as a plain transformers CLIPModel (`hf-longclip export-clip`)
+        from hf_longclip.models.himo_clip.export_clip import save_as_clip
 
-        model = tiny_clip()
-        tokenizer = char_clip_tokenizer()
-        tokenizer.model_max_length = 77
-        processor = CLIPProcessor(image_processor=tiny_processor().image_processor, tokenizer=tokenizer)
+        return save_as_clip(tiny_himo(seed=1), tiny_processor(), path)
     else:
         raise ValueError(name)
     model.save_pretrained(path)
@@ -70,10 +67,11 @@ def save_dual_encoder(name: str, path: Path) -> Path:
     return path
 
 
-def scene_captions(count: int) -> list[str]:
-    """F-CAST's tiny tokenizer knows only its scene words: captions made of them."""
-    return [f"{SCENE_CAPTIONS[index % len(SCENE_CAPTIONS)]} {SCENE_CAPTIONS[(index * 3 + 1) % len(SCENE_CAPTIONS)]}"
-            for index in range(count)]
+def scene_captions(count: int, length: int = 8) -> list[str]:
+    """`count` distinct captions of `length` words for F-CAST's tiny tokenizer, which knows only its scene words
+    (short enough for its 4 chunks)."""
+    words = sorted({word.strip(".") for caption in SCENE_CAPTIONS for word in caption.split()})
+    return [" ".join(np.random.default_rng(index).choice(words, length)) + "." for index in range(count)]
 
 
 def torchvision_imports() -> bool:

@@ -1,0 +1,124 @@
+"""LAION's CLIP_benchmark (the real `clip-benchmark` 1.6.2: its command line, webdataset reader and retrieval code)
+scores our checkpoints on a long-caption benchmark written by `write-wds`, as `hf-longclip eval` scores them.
+
+Its command line runs in a child process (`python -m hf_longclip.integrations.clip_benchmark`, as a user runs it),
+with torchvision replaced by placeholders where it does not import (helpers/placeholders/sitecustomize.py says why).
+The captions of two neighbouring images share their first 20 words (well over 77 tokens), so a model read at 77
+tokens would tie them: equal recalls at the full length say that CLIP_benchmark read the whole caption."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import tarfile
+
+import datasets
+import pytest
+import torch
+from PIL import Image
+
+from helpers.builders import random_images, tiny_himo, tiny_processor
+from helpers.harnesses import clip_benchmark_env, long_caption, save_dual_encoder, scene_captions, write_urban1k
+from hf_longclip.data.benchmarks import IMAGE, TEXTS, load_benchmark
+from hf_longclip.evaluation import encode_images, encode_texts, run_evaluation
+from hf_longclip.integrations.clip_benchmark import ImageLayout, ImageTransform, TextTokenizer, write_wds
+
+IMAGES = 10
+KS = (1, 5)
+
+
+def clip_benchmark(*args: str, cwd) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "hf_longclip.integrations.clip_benchmark", *args]
+    result = subprocess.run(command, cwd=cwd, env=clip_benchmark_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def score(tmp_path, names: list[str], captions=None) -> dict[str, tuple[dict, dict]]:
+    """{model: (CLIP_benchmark's result JSON, `hf-longclip eval`'s retrieval metrics)} on one Urban1k folder."""
+    write_urban1k(tmp_path / "Urban1k", IMAGES, captions)
+    clip_benchmark("write-wds", "--dataset", "urban1k", "--data-dir", "Urban1k", "--output-dir", "wds/urban1k",
+                   "--shard-size", "4", cwd=tmp_path)
+    pairs = [f"{name},{save_dual_encoder(name, tmp_path / name)}" for name in names]
+    clip_benchmark("eval", "--model_type", "hf_longclip", "--pretrained_model", *pairs, "--dataset", "wds/urban1k",
+                   "--dataset_root", "wds/urban1k", "--task", "zeroshot_retrieval", "--recall_k", *map(str, KS),
+                   "--no_amp", "--num_workers", "0", "--batch_size", "3", "--output", "{model}.json", cwd=tmp_path)
+    return {name: (json.loads((tmp_path / f"{name}.json").read_text()),
+                   run_evaluation(str(tmp_path / name), "urban1k", str(tmp_path / "Urban1k"), tmp_path / f"ev-{name}",
+                                  progress=False, tie_rule="first")["metrics"]["retrieval"])
+            for name in names}
+
+
+def assert_same_recalls(ours: dict, theirs: dict) -> None:
+    assert ours["tie_rule"] == "first" and ours["ties_i2t"] == ours["ties_t2i"] == 0  # no tie decides a recall
+    for k in KS:  # CLIP_benchmark's fractions (float32) against our percentages
+        assert theirs["metrics"][f"text_retrieval_recall@{k}"] == pytest.approx(ours[f"r{k}_i2t"] / 100, abs=1e-6)
+        assert theirs["metrics"][f"image_retrieval_recall@{k}"] == pytest.approx(ours[f"r{k}_t2i"] / 100, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_clip_benchmark_scores_himo_clip_and_a_plain_clip_export_as_hf_longclip_eval(tmp_path):
+    results = score(tmp_path, ["himo_clip", "clip"])
+    for name, (theirs, ours) in results.items():
+        assert theirs["task"] == "zeroshot_retrieval" and theirs["dataset"] == "wds/urban1k"
+        assert theirs["model"] == name and theirs["pretrained"] == str(tmp_path / name)
+        assert_same_recalls(ours, theirs)
+    assert results["himo_clip"][1]["r1_i2t"] != results["clip"][1]["r1_i2t"] or \
+        results["himo_clip"][1]["r5_t2i"] != results["clip"][1]["r5_t2i"]  # two models, two rankings
+    clip_benchmark("build", "himo_clip.json", "clip.json", "--output", "benchmark.csv", cwd=tmp_path)
+    rows = list(csv.DictReader((tmp_path / "benchmark.csv").open()))
+    assert sorted(row["model"] for row in rows) == ["clip", "himo_clip"]
+    assert {float(row["text_retrieval_recall@1"]) for row in rows} == \
+        {theirs["metrics"]["text_retrieval_recall@1"] for theirs, _ in results.values()}
+
+
+@pytest.mark.slow
+def test_clip_benchmark_scores_ditm_and_onelip_as_hf_longclip_eval(tmp_path):
+    for theirs, ours in score(tmp_path, ["ditm", "onelip"]).values():
+        assert_same_recalls(ours, theirs)
+
+
+@pytest.mark.slow
+def test_clip_benchmark_scores_fcast_with_its_superpixel_maps_as_hf_longclip_eval(tmp_path):
+    (theirs, ours), = score(tmp_path, ["fcast"], scene_captions(IMAGES)).values()
+    assert_same_recalls(ours, theirs)
+
+
+def test_write_wds_writes_the_layout_clip_benchmark_reads(tmp_path):
+    captions = [[long_caption(0)], ["", "two\nlines"], [long_caption(3), "a\r\nb"], [long_caption(4)], ["x"]]
+    rows = datasets.Dataset.from_dict({"image": random_images(5), "captions": captions},
+                                      features=datasets.Features({"image": IMAGE, "captions": TEXTS}))
+    root = write_wds(rows, tmp_path / "wds", shard_size=2, manifest={"benchmark": "test"})
+    assert (root / "dataset_type.txt").read_text().strip() == "retrieval"
+    assert (root / "test/nshards.txt").read_text().strip() == "3"
+    members = {}
+    for shard in range(3):
+        with tarfile.open(root / f"test/{shard}.tar") as tar:
+            members.update({member.name: tar.extractfile(member).read() for member in tar.getmembers()})
+    assert sorted(members) == [f"{i:08d}.{ext}" for i in range(5) for ext in ("png", "txt")]
+    lines = [members[f"{i:08d}.txt"].decode().splitlines() for i in range(5)]  # as CLIP_benchmark splits them
+    assert lines == [[long_caption(0)], [" ", "two lines"], [long_caption(3), "a b"], [long_caption(4)], ["x"]]
+    assert Image.open(io.BytesIO(members["00000001.png"])).tobytes() == random_images(5)[1].tobytes()  # lossless
+    manifest = json.loads((root / "hf_longclip.json").read_text())
+    assert manifest["num_images"] == 5 and manifest["num_texts"] == 7 and manifest["benchmark"] == "test"
+
+
+def test_the_harness_reads_texts_and_images_as_hf_longclip_eval(tmp_path):
+    model, processor = tiny_himo(), tiny_processor()
+    captions = [long_caption(0), long_caption(1)]
+    tokens = TextTokenizer(model, processor)(captions)
+    assert tokens["input_ids"].shape[1] > 77  # the model's length, not CLIP's
+    layout = ImageLayout(processor)
+    images = [image.convert("RGB") for image in load_benchmark(
+        "urban1k", write_urban1k(tmp_path / "Urban1k", 2)).dataset["image"]]
+    from hf_longclip.integrations.clip_benchmark import CLIPBenchmarkModel
+
+    wrapper = CLIPBenchmarkModel(model, layout)
+    with torch.no_grad():
+        texts = torch.nn.functional.normalize(wrapper.encode_text(tokens), dim=-1)
+        pixels = torch.stack([ImageTransform(processor, layout)(image) for image in images])
+        image_embeds = torch.nn.functional.normalize(wrapper.encode_image(pixels), dim=-1)
+    # the same forward on the same inputs, batched alike: equal to the last bit
+    assert torch.equal(texts, encode_texts(model, processor, captions))
+    assert torch.equal(image_embeds, encode_images(model, processor, images))
