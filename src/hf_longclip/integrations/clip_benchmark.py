@@ -52,6 +52,8 @@ from PIL import Image
 from ..evaluation.encoding import retrieval_texts, text_inputs
 from ..evaluation.loading import load_model
 from ..modeling_common.images import to_rgb_images
+from ..modeling_common.optional import require
+from . import BENCHMARK_PACKAGES
 
 MODEL_TYPE = "hf_longclip"
 DATASET_TYPE = "retrieval"
@@ -131,8 +133,7 @@ def load_hf_longclip(model_name: str = "", pretrained: str = "", cache_dir: str 
 def register_model_type() -> None:
     """Add ``hf_longclip`` to CLIP_benchmark's model types (its `TYPE2FUNC` and `MODEL_TYPES`), before its command
     line is parsed."""
-    from clip_benchmark import models
-
+    models = require("clip_benchmark.models", "benchmarks", BENCHMARK_PACKAGES, "CLIP_benchmark's command line")
     models.TYPE2FUNC[MODEL_TYPE] = load_hf_longclip
     if MODEL_TYPE not in models.MODEL_TYPES:
         models.MODEL_TYPES.append(MODEL_TYPE)

@@ -33,14 +33,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from mteb.abstasks.retrieval import AbsTaskRetrieval
-from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
-from mteb.abstasks.task_metadata import TaskMetadata
-from mteb.models.abs_encoder import AbsEncoder
-from mteb.models.model_meta import ModelMeta
 
 from ..evaluation.encoding import encode_images, encode_texts, retrieval_texts, text_max_length
 from ..evaluation.loading import load_model
+from ..modeling_common.optional import require
+from . import BENCHMARK_PACKAGES
+
+require("mteb", "benchmarks", BENCHMARK_PACKAGES, "MTEB's evaluation")  # one error naming the extra
+from mteb.abstasks.retrieval import AbsTaskRetrieval  # noqa: E402
+from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData  # noqa: E402
+from mteb.abstasks.task_metadata import TaskMetadata  # noqa: E402
+from mteb.models.abs_encoder import AbsEncoder  # noqa: E402
+from mteb.models.model_meta import ModelMeta  # noqa: E402
 
 DIRECTIONS = {"i2t": ("I2T", "image", "text"), "t2i": ("T2I", "text", "image")}
 DISPLAY_NAMES = {"urban1k": "Urban1k", "docci": "DOCCI", "dci": "DCI", "sharegpt4v": "ShareGPT4V",
