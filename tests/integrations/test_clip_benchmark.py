@@ -122,3 +122,39 @@ def test_the_harness_reads_texts_and_images_as_hf_longclip_eval(tmp_path):
     # the same forward on the same inputs, batched alike: equal to the last bit
     assert torch.equal(texts, encode_texts(model, processor, captions))
     assert torch.equal(image_embeds, encode_images(model, processor, images))
+
+
+def in_process(tmp_path, captions, batch_size: int = 3) -> tuple[dict, object, object]:
+    """CLIP_benchmark's own `zeroshot_retrieval.evaluate` (no torchvision on its path) over our loader's model,
+    transform and tokenizer, the Urban1k rows batched as its webdataset reader batches them; and the rows."""
+    from clip_benchmark.metrics import zeroshot_retrieval
+
+    from hf_longclip.integrations.clip_benchmark import load_hf_longclip
+
+    checkpoint = save_dual_encoder("himo_clip", tmp_path / "himo_clip")
+    rows = load_benchmark("urban1k", write_urban1k(tmp_path / "Urban1k", len(captions), captions)).dataset
+    model, transform, tokenizer = load_hf_longclip("himo_clip", str(checkpoint), device="cpu")
+    batches = [(torch.stack([transform(image) for image in rows[start:start + batch_size]["image"]]),
+                [[caption] for caption in rows[start:start + batch_size]["caption"]])
+               for start in range(0, len(rows), batch_size)]
+    metrics = zeroshot_retrieval.evaluate(model.eval(), batches, tokenizer, "cpu", amp=False, recall_k_list=[1, 5])
+    return metrics, checkpoint, tmp_path / "Urban1k"
+
+
+def ours(checkpoint, data, output, tie_rule: str) -> dict:
+    return run_evaluation(str(checkpoint), "urban1k", str(data), output, progress=False,
+                          tie_rule=tie_rule)["metrics"]["retrieval"]
+
+
+def test_clip_benchmarks_retrieval_code_scores_our_loader_as_hf_longclip_eval(tmp_path):
+    theirs, checkpoint, data = in_process(tmp_path, [long_caption(index) for index in range(IMAGES)])
+    assert_same_recalls(ours(checkpoint, data, tmp_path / "eval", "first"), {"metrics": theirs})
+
+
+def test_a_tie_in_clip_benchmark_lands_between_the_pessimistic_and_optimistic_rules(tmp_path):
+    captions = [long_caption(0)] * 5 + [long_caption(index) for index in range(5, IMAGES)]  # five images, one caption
+    theirs, checkpoint, data = in_process(tmp_path, captions)
+    low, high = (ours(checkpoint, data, tmp_path / rule, rule) for rule in ("pessimistic", "optimistic"))
+    assert low["ties_i2t"] > 0 and any(low[f"r{k}_i2t"] < high[f"r{k}_i2t"] for k in KS)  # ties decide recalls
+    for k in KS:
+        assert low[f"r{k}_i2t"] / 100 - 1e-6 <= theirs[f"text_retrieval_recall@{k}"] <= high[f"r{k}_i2t"] / 100 + 1e-6
