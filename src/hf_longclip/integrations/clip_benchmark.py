@@ -28,8 +28,9 @@ type ``hf_longclip``. What CLIP_benchmark fixes, read from its source:
   image among the top K) as fractions: `hf-longclip eval`'s R@K over 100. It picks the top K with `torch.topk`,
   which leaves the order of tied scores to the kernel (on the CPU neither the lower nor the higher index reliably
   first), so the two agree wherever no tie decides a recall, and a tied one lands between `hf-longclip eval`'s
-  ``--tie-rule pessimistic`` and ``optimistic`` (its report counts such queries: ``ties_i2t``, ``ties_t2i``). Under
-  ``--amp`` (its default) it encodes in autocast, bfloat16 on a CPU: ``--no_amp`` gives the float32 embeddings `hf-longclip eval` computes.
+  ``--tie-rule pessimistic`` and ``optimistic`` (its report counts such queries: ``ties_i2t``, ``ties_t2i``).
+  Under ``--amp`` (its default) it encodes in autocast, bfloat16 on a CPU: ``--no_amp`` gives the float32
+  embeddings `hf-longclip eval` computes.
 
 Texts are cut where `hf-longclip eval` cuts them (`hf_longclip.evaluation.encoding.text_max_length`: 248 tokens for
 HiMo-CLIP and a converted Long-CLIP, never 77). CLIP_benchmark hands the model one image tensor per batch; a model
