@@ -8,7 +8,8 @@ import mteb
 import pytest
 from mteb.cache import ResultCache
 
-from helpers.harnesses import save_dual_encoder, scene_captions, write_urban1k
+from helpers.benchmark_files import karpathy_image, write_image, write_json
+from helpers.harnesses import long_caption, save_dual_encoder, scene_captions, write_urban1k
 from hf_longclip.evaluation import run_evaluation
 from hf_longclip.integrations.mteb import LongCLIPEncoder, long_caption_task, long_caption_tasks, model_meta
 
@@ -71,3 +72,23 @@ def test_tasks_name_their_direction_and_read_the_rows_in_hf_longclip_evals_order
     with pytest.raises(ValueError, match="data-dir"):
         long_caption_tasks("urban1k", None)
     assert LongCLIPEncoder.__name__ in repr(model_meta(str(save_dual_encoder("himo_clip", tmp_path / "m"))).loader)
+
+
+def test_several_captions_per_image_image_to_text_recall_is_mtebs_hit_rate(tmp_path):
+    entries = [karpathy_image(index, "test", "val2014", count=3) for index in range(IMAGES)]
+    for entry in entries:
+        entry["sentences"] = [{**sentence, "raw": long_caption(3 * entry["imgid"] + k)}
+                              for k, sentence in enumerate(entry["sentences"])]
+        write_image(tmp_path / "coco/val2014" / entry["filename"], entry["imgid"], size=(48, 40))
+    write_json(tmp_path / "coco/dataset_coco.json", {"images": entries})
+    checkpoint = str(save_dual_encoder("himo_clip", tmp_path / "himo_clip"))
+    results = mteb.evaluate(model_meta(checkpoint), long_caption_tasks("coco", str(tmp_path / "coco")),
+                            cache=ResultCache(tmp_path / "mteb"), show_progress_bar=False)
+    theirs = {result.task_name: result.scores["test"][0] for result in results.task_results}
+    ours = run_evaluation(checkpoint, "coco", str(tmp_path / "coco"), tmp_path / "eval", progress=False,
+                          tie_rule="first")["metrics"]["retrieval"]
+    assert ours["num_texts"] == 3 * IMAGES and ours["ties_i2t"] == ours["ties_t2i"] == 0
+    for k in (1, 5, 10):
+        assert theirs["COCOI2TRetrieval"][f"hit_rate_at_{k}"] == pytest.approx(ours[f"r{k}_i2t"] / 100, abs=5e-6)
+        assert theirs["COCOT2IRetrieval"][f"recall_at_{k}"] == pytest.approx(ours[f"r{k}_t2i"] / 100, abs=5e-6)
+    assert theirs["COCOI2TRetrieval"]["recall_at_1"] <= 1 / 3  # MTEB's recall: the share of the 3 captions found
