@@ -64,6 +64,14 @@ def _eval(args: argparse.Namespace) -> None:
     reasons = ", ".join(f"{reason} {count}" for reason, count in report["skipped_images"]["by_reason"].items())
     print(f"{f'skipped images by reason: {reasons}; ' if reasons else ''}captions: "
           f"{describe_truncation(report['caption_truncation'])}")
+    if args.push_to_hub:
+        from huggingface_hub import constants
+
+        from hf_longclip.training.hub import push_eval_results, report_eval_results
+
+        entries = report_eval_results(report, f"{constants.ENDPOINT}/{args.push_to_hub}",
+                                      dataset_id=args.eval_dataset_id)
+        print(f"pushed {len(entries)} evaluation results to {push_eval_results(args.push_to_hub, entries)}")
 
 
 def _image_policy(args: argparse.Namespace) -> None:
@@ -375,6 +383,13 @@ def build_parser() -> argparse.ArgumentParser:
                                "pessimistic (as misses), first / last (by position: the lower / higher index first)")
     evaluate.add_argument("--output-dir", type=Path, default=Path("outputs/eval"),
                           help="where report.json and the plots go (outputs/ is git-ignored)")
+    evaluate.add_argument("--push-to-hub", metavar="REPO_ID",
+                          help="commit the metrics to this existing model repo as the Hub's .eval_results/ files, one "
+                               "per benchmark and metric, the protocol (split, text length, tie rule) in each source "
+                               "(default: none)")
+    evaluate.add_argument("--eval-dataset-id",
+                          help="the benchmark's Hub dataset named in those files (default: the benchmark's known "
+                               "dataset, e.g. BeichenZhang/Urban1k, else its name)")
     _add_image_policy(evaluate)
     evaluate.set_defaults(run=_eval)
 

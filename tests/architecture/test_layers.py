@@ -1,5 +1,5 @@
-"""The import graph points one way: examples and the CLI -> the harness (recipes, then training and evaluation, then
-objectives, data, metrics, integrations) -> the models -> the shared modelling code. Read from the source's
+"""The import graph points one way: examples and the CLI -> the harness (recipes and integrations, then training and
+evaluation, then objectives, data, metrics) -> the models -> the shared modelling code. Read from the source's
 imports (every `import` statement, nested ones included), so a wrong arrow fails here before anyone imports it."""
 
 import ast
@@ -15,9 +15,10 @@ EXAMPLES = SRC.parents[1] / "examples"
 LAYERS = {
     "modeling_common": 0,
     "models": 1, "export": 1, "versions": 1,
-    "objectives": 2, "metrics": 2, "data": 2, "integrations": 2, "fileio": 2, "plots": 2,
+    "objectives": 2, "metrics": 2, "data": 2, "fileio": 2, "plots": 2,
     "evaluation": 3, "training": 3,
-    "recipes": 4,
+    # the adapters to other tools: CLIP_benchmark's and MTEB's run our evaluation's loading and encoding
+    "recipes": 4, "integrations": 4,
     "demo": 5, "cli": 5, "__init__": 5,
 }
 # what the model layer may import besides the standard library and itself (issue: a lean install); cv2/skimage only

@@ -118,11 +118,13 @@ import torch
 from hf_longclip.demo.index import ImageIndex
 """, "ImageIndex('.', [], torch.zeros(0, 4))"),
 }
+CASES["benchmarks"] = (("mteb",), "", "__import__('hf_longclip.integrations.mteb')")
 EXTRA_OF = {"cast (slic)": "cast", "shards (loader)": "shards", "demo (faiss)": "demo"}
 # the pip packages the message names too, for a checkpoint's remote code where hf-longclip is not installed
 PACKAGES = {"cast": "opencv-contrib-python-headless scikit-image", "mining": "faiss-cpu",
             "shards": "braceexpand torchdata", "plots": "matplotlib",
-            "demo": "gradio gradio_client faiss-cpu matplotlib"}
+            "demo": "gradio gradio_client faiss-cpu matplotlib",
+            "benchmarks": "mteb clip-benchmark webdataset pycocoevalcap"}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -177,3 +179,5 @@ def test_the_extras_are_what_the_docs_say():
     assert {"gradio", "gradio_client", "hf-longclip[plots,mining]"} <= extras["demo"]
     assert extras["all"] == {"hf-longclip[cast,mining,shards,plots,demo]"}
     assert "hf-longclip[all]" in extras["dev"]
+    assert extras["benchmarks"] == {"clip-benchmark", "mteb", "webdataset", "pycocoevalcap"}
+    assert extras["benchmarks"] - {"clip-benchmark"} <= extras["dev"]  # clip-benchmark: --no-deps in the README

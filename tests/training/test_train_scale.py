@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from transformers import AutoModel
 
 from helpers.fake_hub import FakeHub
@@ -188,6 +189,8 @@ def test_push_to_hub_publishes_a_checkpoint_that_loads_by_repo_id(datasets_cache
         card = hub.file("lab/himo-tiny", "README.md").decode()
         r1 = json.loads((tmp_path / "results.json").read_text())["results"]["himo-clip"]["r1_i2t"]
         assert "model-index" in card and f"value: {r1}" in card
+        pushed = yaml.safe_load(hub.file("lab/himo-tiny", ".eval_results/synthetic-long-caption-scenes_r1_i2t.yaml"))
+        assert pushed[0]["value"] == r1 and "texts up to 248 tokens" in pushed[0]["source"]["name"]  # and the Hub's
         loaded = load_by_repo_id_without_the_library(hub, "lab/himo-tiny", tmp_path / "fresh")
     assert loaded["module"].startswith("transformers_modules.")
     local = AutoModel.from_pretrained(tmp_path / "himo-clip", trust_remote_code=True)

@@ -32,7 +32,7 @@ def text_max_length(processor, model=None) -> int:
                      f"model_max_length`")
 
 
-def _text_inputs(model, processor, texts: list[str]):
+def text_inputs(model, processor, texts: list[str]):
     """Tokenised `texts` padded to the longest, truncated to what the processor says (see `text_max_length`): our
     processors truncate themselves (and are told that the empty text, HierarCaps' root, is meant) and count what
     they cut in `truncation_stats`; a plain CLIPProcessor is told, keeps the end-of-text token, and its cuts are
@@ -90,7 +90,7 @@ def encode_texts(model, processor, texts: Sequence[str], batch_size: int = 128, 
     query of a text-conditioned pooling, which FLAIR gives unnormalised)."""
 
     def embed(batch):
-        return model.get_text_features(**_text_inputs(model, processor, batch).to(model.device)).pooler_output
+        return model.get_text_features(**text_inputs(model, processor, batch).to(model.device)).pooler_output
 
     return _encode(texts, embed, batch_size, progress, "texts", normalize)
 

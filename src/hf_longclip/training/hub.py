@@ -3,10 +3,15 @@
     card = build_model_card(CARD.template, repo_id="org/himo-clip", info=CARD, base_model=None,
                             datasets=[], config=model.config, training_args=training_args,
                             results=results["himo-clip"], dataset_name="synthetic scenes (test)")
-    url = push_to_hub(output_dir / "himo-clip", "org/himo-clip", card=card)   # main process only
+    entries = training_eval_results(results["himo-clip"], "org/himo-clip", model.config.to_dict())
+    url = push_to_hub(output_dir / "himo-clip", "org/himo-clip", card=card, eval_results=entries)  # main process
+    push_eval_results("org/himo-clip", report_eval_results(report, source_url))  # an `hf-longclip eval` report
 
 The card's YAML metadata (license, library_name, pipeline_tag, tags, datasets, base_model, model-index) is built
-with `ModelCardData(eval_results=[EvalResult(...)])`, so it is what the Hub validates and indexes.
+with `ModelCardData(eval_results=[EvalResult(...)])`, so it is what the Hub validates and indexes. Beside it, the
+Hub's newer evaluation results: one `.eval_results/<benchmark>_<metric>.yaml` per benchmark and metric, written by
+huggingface_hub's own `eval_result_entries_to_yaml` (dataset id and task id, value, date, source with the protocol:
+split, text length, tie rule).
 
 `push_to_hub` never touches the checkpoint folder: it stages a copy (hard links where possible) with the card as
 README.md, creates the repo (exist_ok) and uploads the stage with `HfApi.upload_folder`. Transient failures
@@ -34,12 +39,16 @@ from typing import Any
 from huggingface_hub import (
     CommitOperationAdd,
     EvalResult,
+    EvalResultEntry,
     HfApi,
     ModelCard,
     ModelCardData,
+    constants,
+    eval_result_entries_to_yaml,
 )
+from huggingface_hub.constants import EVAL_RESULTS_FOLDER
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
-from huggingface_hub.utils import filter_repo_objects
+from huggingface_hub.utils import filter_repo_objects, yaml_dump
 
 from ..versions import CHECKPOINTS_LOAD_ON
 
@@ -209,6 +218,71 @@ def build_model_card(
     )
 
 
+# the Hub dataset of each benchmark `hf-longclip eval` reads, for the `.eval_results/` files (others: their own name)
+HUB_DATASETS = {"urban1k": "BeichenZhang/Urban1k", "docci": "google/docci", "sharegpt4v": "Lin-Chen/ShareGPT4V",
+                "flickr30k": "nlphuji/flickr30k", "coco": "nlphuji/mscoco_2014_5k_test_image_text_retrieval"}
+
+
+def _metric_values(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numbers of `metrics` that are metrics (not counts `num_*`, tie counts `ties_*` nor booleans)."""
+    return {key: float(value) for key, value in metrics.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and not key.startswith(("num_", "ties_"))}
+
+
+def eval_result_entries(results: Mapping[str, Any], *, dataset_id: str, protocol: str, source_url: str,
+                        task: str | None = None, date: str | None = None) -> list[EvalResultEntry]:
+    """One Hub `EvalResultEntry` per metric of `results` (``{metric: value}``; counts, tie counts and non-numbers
+    left out): ``dataset_id`` the benchmark's Hub dataset, ``task_id`` the metric (``<task>/<metric>`` with `task`),
+    ``source`` `source_url` named by `protocol` (what was measured how: split, text length, tie rule), ``date``
+    today (UTC, ISO 8601) unless given."""
+    date = date or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return [EvalResultEntry(dataset_id=dataset_id, task_id=f"{task}/{key}" if task else key, value=value, date=date,
+                            source_url=source_url, source_name=protocol, notes=protocol)
+            for key, value in _metric_values(results).items()]
+
+
+def report_eval_results(report: Mapping[str, Any], source_url: str, date: str | None = None,
+                        dataset_id: str | None = None) -> list[EvalResultEntry]:
+    """The `eval_result_entries` of a `hf-longclip eval` report (`hf_longclip.evaluation.run_evaluation`): every
+    task's metrics, on the benchmark's Hub dataset (`HUB_DATASETS`, else `dataset_id`, else the benchmark's name),
+    the protocol in the source: benchmark protocol, split, texts cut at N tokens, the tie rule of each task."""
+    benchmark = report["dataset"]
+    dataset_id = dataset_id or HUB_DATASETS.get(benchmark, benchmark)
+    length = (report.get("caption_truncation") or {}).get("max_length")
+    entries = []
+    for task, metrics in report["metrics"].items():
+        protocol = (f"hf-longclip eval: {benchmark} (protocol {report.get('protocol') or 'default'}, split "
+                    f"{report.get('split')}, {report.get('num_samples')} samples), texts cut at {length} tokens, "
+                    f"ties {metrics.get('tie_rule', report.get('tie_rule'))}, scoring {report.get('scoring')}")
+        entries += eval_result_entries(metrics, dataset_id=dataset_id, protocol=protocol, source_url=source_url,
+                                       task=task, date=date)
+    return entries
+
+
+def training_eval_results(results: Mapping[str, Any], repo_id: str, config: Mapping[str, Any],
+                          dataset_name: str = "synthetic long-caption scenes", dataset_split: str = "test",
+                          date: str | None = None) -> list[EvalResultEntry]:
+    """The `eval_result_entries` of a training run's own evaluation (`results`: one variant's metrics, as its card's
+    model-index has them), on the dataset the card names (its slug, as `build_model_card`'s default dataset type),
+    sourced to the model repo, the protocol naming the split, the text positions and the tie rule."""
+    positions = (config.get("text_config") or {}).get("max_position_embeddings")
+    protocol = (f"hf-longclip training run's evaluation: {dataset_name} ({dataset_split}), texts up to {positions} "
+                f"tokens, ties {results.get('tie_rule', 'fair')}")
+    return eval_result_entries(results, dataset_id="-".join(dataset_name.lower().split()), protocol=protocol,
+                               source_url=f"{constants.ENDPOINT}/{repo_id}", date=date)
+
+
+def eval_results_files(entries: Sequence[EvalResultEntry]) -> dict[str, str]:
+    """``{path in the repo: YAML}``: one `.eval_results/<dataset>_<task>.yaml` per entry (per benchmark and metric),
+    in the Hub's format (`huggingface_hub.eval_result_entries_to_yaml`)."""
+    files = {}
+    for entry in entries:
+        stem = re.sub(r"[^\w.@-]+", "_", f"{entry.dataset_id.split('/')[-1]}_{entry.task_id}").lower()
+        files[f"{EVAL_RESULTS_FOLDER}/{stem}.yaml"] = yaml_dump(eval_result_entries_to_yaml([entry]))
+    return files
+
+
 def _transport_errors() -> tuple[type[BaseException], ...]:
     """Connection errors and timeouts of whichever HTTP client huggingface_hub uses (httpx2, httpx or requests)."""
     errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
@@ -269,9 +343,11 @@ def push_to_hub(
     max_backoff: float = 60.0,
     ignore_patterns: Sequence[str] = (),
     endpoint: str | None = None,
+    eval_results: Sequence[EvalResultEntry] = (),
 ) -> str:
     """Upload the checkpoint `folder` (weights, config, code files, processor/tokenizer files) to `repo_id` with
-    `card` as README.md, and return the commit URL.
+    `card` as README.md and `eval_results` as the Hub's `.eval_results/` files (`eval_results_files`: one per
+    benchmark and metric), and return the commit URL.
 
     The folder is never modified: the card goes into a staged copy (README.md from the folder, if any, is replaced
     there). Creates the repo if needed (`private` only applies then). Each Hub call is retried up to `max_retries`
@@ -295,6 +371,9 @@ def push_to_hub(
                 logger.warning("%s/README.md is replaced by the model card in the upload", folder)
                 readme.unlink()  # a hard link: unlink, never write through it into the checkpoint
             readme.write_text(str(card), encoding="utf-8")
+        for name, text in eval_results_files(eval_results).items():
+            (stage / name).parent.mkdir(exist_ok=True)
+            (stage / name).write_text(text, encoding="utf-8")
         # One commit with every file. `upload_folder` would hand a folder of more than 20 files (a bundle with its
         # shared code) to huggingface_hub's pipeline, which splits failed commits into smaller ones and retries
         # them whatever the error: a checkpoint could land half-written, and auth errors would be retried.
@@ -308,4 +387,26 @@ def push_to_hub(
             max_retries, backoff, max_backoff,
         )
     logger.info("pushed %s to %s", folder, commit.commit_url)
+    return commit.commit_url
+
+
+def push_eval_results(repo_id: str, entries: Sequence[EvalResultEntry], *, token: str | None = None,
+                      commit_message: str = "Add evaluation results with hf-longclip", revision: str | None = None,
+                      max_retries: int = 3, backoff: float = 2.0, max_backoff: float = 60.0,
+                      endpoint: str | None = None) -> str:
+    """Commit `entries` as `.eval_results/` files (`eval_results_files`) to the existing model repo `repo_id` (the
+    checkpoint and its card as they are; a file of the same benchmark and metric is replaced) and return the commit
+    URL. Retries as `push_to_hub`."""
+    if not entries:
+        raise ValueError("no evaluation results to push")
+    api = HfApi(endpoint=endpoint, token=token)
+    operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=text.encode())
+                  for name, text in eval_results_files(entries).items()]
+    commit = _with_retries(
+        f"create_commit({repo_id})",
+        lambda: api.create_commit(repo_id=repo_id, operations=operations, repo_type="model", revision=revision,
+                                  commit_message=commit_message),
+        max_retries, backoff, max_backoff,
+    )
+    logger.info("pushed %d evaluation results to %s", len(entries), commit.commit_url)
     return commit.commit_url

@@ -46,7 +46,7 @@ from .checkpoint import (
     read_state,
     resolve_resume,
 )
-from .hub import ModelCardInfo, build_model_card, push_to_hub
+from .hub import ModelCardInfo, build_model_card, push_to_hub, training_eval_results
 from .loop import make_accelerator, save_model, train, whole_model_init
 from .lora import LoraArguments, apply_lora, count_parameters, merge_lora
 from .provenance import provenance
@@ -479,5 +479,6 @@ def publish(
         config = {**config, **(json.loads(options.read_text()) if options.is_file() else {})}
         rendered = build_model_card(card.template, repo_id=repo_id, info=card, results=results[variant],
                                 config=config, training_args={**run_args, "variant": variant}, base_model=base_model)
-        url = push_to_hub(output_dir / variant, repo_id, card=rendered, private=hub_args.hub_private)
+        url = push_to_hub(output_dir / variant, repo_id, card=rendered, private=hub_args.hub_private,
+                          eval_results=training_eval_results(results[variant], repo_id, config))
         print(f"pushed {variant} to {url}")
