@@ -11,6 +11,7 @@ from transformers import CLIPTextConfig, CLIPVisionConfig, PretrainedConfig
 
 from .configuration import sub_config_dict
 from .saving import CodeBundleMixin
+from .transformers_compat import sub_config_specs
 from .configuration_cast import CASTVisionConfig
 
 
@@ -90,8 +91,8 @@ class FCASTConfig(CodeBundleMixin, PretrainedConfig):
     """
 
     model_type = "fcast"
-    sub_configs = {"text_config": FCASTTextConfig, "vision_config": CASTVisionConfig}  # 4.57-5.4 read this
-    sub_configs_defaults = sub_configs  # 5.5 and later read this
+    sub_configs = {"text_config": FCASTTextConfig, "vision_config": CASTVisionConfig}  # 4.57-5.19 read this
+    sub_configs_defaults = sub_config_specs(sub_configs)  # 5.20 and later read this
 
     def __init__(self, text_config=None, vision_config=None, vision_backbone: str = "cast", projection_dim: int = 512,
                  pool_heads: int = 8, attention_pooling: str = "fcast", grounding_stage: int = 1,

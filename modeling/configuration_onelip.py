@@ -6,6 +6,7 @@ from transformers import CLIPConfig, CLIPTextConfig, CLIPVisionConfig
 
 from .configuration import RefusesPlainCLIPMixin, sub_config_dict
 from .saving import CodeBundleMixin
+from .transformers_compat import sub_config_specs
 
 ONELIP_TEXT_POSITIONS = 248  # the paper's T_g in its main tables (Long-CLIP's length)
 
@@ -59,8 +60,8 @@ class OneLIPConfig(CodeBundleMixin, RefusesPlainCLIPMixin, CLIPConfig):
     """
 
     model_type = "onelip"
-    sub_configs = {"vision_config": CLIPVisionConfig, "text_config": OneLIPTextConfig}  # 4.57-5.4 read this
-    sub_configs_defaults = sub_configs  # 5.5 and later read this
+    sub_configs = {"vision_config": CLIPVisionConfig, "text_config": OneLIPTextConfig}  # 4.57-5.19 read this
+    sub_configs_defaults = sub_config_specs(sub_configs)  # 5.20 and later read this
 
     def __init__(self, text_config=None, vision_config=None, **kwargs):
         text_config = sub_config_dict(text_config)  # e.g. a CLIPTextConfig: rebuilt with OneLIP's fields

@@ -11,7 +11,8 @@ import pytest
 MODELING = Path(__file__).resolve().parents[2] / "modeling"
 FILES = sorted(MODELING.glob("*.py"))
 TRANSFORMERS_MODULES = {
-    "transformers", "transformers.activations", "transformers.image_processing_utils", "transformers.image_utils",
+    "transformers", "transformers.activations", "transformers.configuration_utils",
+    "transformers.image_processing_utils", "transformers.image_utils",
     "transformers.initialization", "transformers.modeling_layers", "transformers.modeling_outputs",
     "transformers.models.clip.modeling_clip", "transformers.utils",
     "transformers.modeling_utils",  # `no_init_weights`, 4.57's home of it (transformers_compat.py)

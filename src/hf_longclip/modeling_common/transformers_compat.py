@@ -30,6 +30,19 @@ except ImportError:  # 4.57: torch's own (from_pretrained initialises first, the
     )
 
 
+try:  # 5.20 and later: a composite configuration names its parts in `sub_configs_defaults`, as specs (5.21 and later
+    # also take the classes themselves; 5.20 does not)
+    from transformers.configuration_utils import SubConfigSpec
+
+    def sub_config_specs(classes: dict) -> dict:
+        """`sub_configs_defaults` for the parts `classes` (name -> configuration class)."""
+        return {key: SubConfigSpec(config_class=config_class) for key, config_class in classes.items()}
+except ImportError:  # 4.57-5.19: they read `sub_configs` (the classes) instead
+    def sub_config_specs(classes: dict) -> dict:
+        """`sub_configs_defaults` for the parts `classes`: unread before 5.20."""
+        return {}
+
+
 if RELEASE < (5, 0):
     class ProcessorParts:
         """4.57: a processor names its parts and the Auto classes that load them."""
@@ -98,4 +111,4 @@ def tower_outputs(tower: torch.nn.Module, **inputs):
 
 
 __all__ = ["RELEASE", "ProcessorParts", "clip_tower", "init", "nested_text_state_dict", "no_init_weights",
-           "save_processor_parts", "tower_outputs"]
+           "save_processor_parts", "sub_config_specs", "tower_outputs"]

@@ -10,6 +10,7 @@ from transformers import CLIPTextConfig, CLIPVisionConfig, PretrainedConfig
 
 from hf_longclip.modeling_common.configuration import sub_config_dict
 from hf_longclip.modeling_common.saving import CodeBundleMixin
+from hf_longclip.modeling_common.transformers_compat import sub_config_specs
 from hf_longclip.models.cast.configuration_cast import CASTVisionConfig
 
 
@@ -89,8 +90,8 @@ class FCASTConfig(CodeBundleMixin, PretrainedConfig):
     """
 
     model_type = "fcast"
-    sub_configs = {"text_config": FCASTTextConfig, "vision_config": CASTVisionConfig}  # 4.57-5.4 read this
-    sub_configs_defaults = sub_configs  # 5.5 and later read this
+    sub_configs = {"text_config": FCASTTextConfig, "vision_config": CASTVisionConfig}  # 4.57-5.19 read this
+    sub_configs_defaults = sub_config_specs(sub_configs)  # 5.20 and later read this
 
     def __init__(self, text_config=None, vision_config=None, vision_backbone: str = "cast", projection_dim: int = 512,
                  pool_heads: int = 8, attention_pooling: str = "fcast", grounding_stage: int = 1,
