@@ -253,6 +253,22 @@ def evaluate_bases(accelerator, bases: dict[str, str], processor: FCASTProcessor
     return results
 
 
+def variant_task(variant: str, args: ScriptArguments, processors: dict[bool, FCASTProcessor], bases: dict[str, str],
+                 seed: int) -> tuple[FCASTTask, FCASTProcessor]:
+    """Variant `variant`'s task and processor as it starts training under `seed`: its model built and started from
+    its pretrained base (`bases`, unless empty), every variant with the same sub-captions."""
+    set_seed(seed)
+    spec = args.variant(variant)
+    processor = processors[spec.hierarchical]
+    collator = FCASTCollator(processor, args.num_sub_captions, seed=seed,
+                             num_chunks=processors[True].num_chunks)  # every variant: the same sub-captions
+    model = build(spec, args, processor)
+    if bases:
+        start_from_base(model, FCASTModel.from_pretrained(bases[spec.vision_backbone]))
+    return FCASTTask(model, collator, spec.objective, spec.part_loss_weight,
+                     spec.nonpaper_detach_stage1_from_part_loss), processor
+
+
 def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, accelerator, run_args: dict, scenes,
         processors: dict[bool, FCASTProcessor], pairs, bases: dict[str, str],
         base_results: dict[str, dict]) -> dict[str, dict]:
@@ -262,17 +278,8 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
     test, output_dir, built = scenes["test"], Path(loop_args.output_dir), []
 
     def build_task(variant: str):
-        set_seed(loop_args.seed)
         built.append(variant)
-        spec = args.variant(variant)
-        processor = processors[spec.hierarchical]
-        collator = FCASTCollator(processor, args.num_sub_captions, seed=loop_args.seed,
-                                 num_chunks=processors[True].num_chunks)  # every variant: the same sub-captions
-        model = build(spec, args, processor)
-        if bases:
-            start_from_base(model, FCASTModel.from_pretrained(bases[spec.vision_backbone]))
-        return FCASTTask(model, collator, spec.objective, spec.part_loss_weight,
-                         spec.nonpaper_detach_stage1_from_part_loss), processor
+        return variant_task(variant, args, processors, bases, loop_args.seed)
 
     def evaluate(model, processor):
         result = evaluate_on_scenes(model, processor, args, test, pairs, loop_args.per_device_eval_batch_size)
@@ -298,9 +305,10 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
     return results
 
 
-def main() -> None:
-    args, _, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
-        "train_fcast", ScriptArguments, LOOP_DEFAULTS, backbone=False)
+def prepare(args: ScriptArguments, accelerator, loop_args: LoopArguments):
+    """(scenes, {hierarchical: processor}, hard pairs, {vision backbone: base checkpoint}) of a run: the synthetic
+    scenes (the training ones with superpixels), the processors (a tokenizer trained on the scenes, or the given
+    checkpoint's), the pairs differing after token 77 and the short-caption bases (`pretrained_bases`)."""
     with accelerator.main_process_first():
         scenes = load_synthetic_scenes(seed=args.dataset_seed, num_train=args.num_train, num_test=args.num_test,
                                        num_validation=2, image_size=args.image_size)
@@ -328,6 +336,14 @@ def main() -> None:
     # a given checkpoint is every variant's start; else each starts from its cached short-caption base
     bases = {} if args.init_from_checkpoint else pretrained_bases(args, accelerator, scenes, processors[False],
                                                                   loop_args)
+    return scenes, processors, pairs, bases
+
+
+def main() -> None:
+    args, _, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
+        "train_fcast", ScriptArguments, LOOP_DEFAULTS, backbone=False)
+    scenes, processors, pairs, bases = prepare(args, accelerator, loop_args)
+    needs_superpixels = processors[True].needs_superpixels
     base_results = evaluate_bases(accelerator, bases, processors[False], args, scenes["test"], pairs,
                                   loop_args.per_device_eval_batch_size)  # fixed across seeds: once
     run_over_seeds(accelerator, loop_args, hub_args,
