@@ -260,13 +260,19 @@ def variant_task(variant: str, args: ScriptArguments, processors: dict[bool, FCA
     set_seed(seed)
     spec = args.variant(variant)
     processor = processors[spec.hierarchical]
-    collator = FCASTCollator(processor, args.num_sub_captions, seed=seed,
-                             num_chunks=processors[True].num_chunks)  # every variant: the same sub-captions
     model = build(spec, args, processor)
     if bases:
         start_from_base(model, FCASTModel.from_pretrained(bases[spec.vision_backbone]))
-    return FCASTTask(model, collator, spec.objective, spec.part_loss_weight,
-                     spec.nonpaper_detach_stage1_from_part_loss), processor
+    return FCASTTask(model, sub_caption_collator(args, processors, spec.hierarchical, seed), spec.objective,
+                     spec.part_loss_weight, spec.nonpaper_detach_stage1_from_part_loss), processor
+
+
+def sub_caption_collator(args: ScriptArguments, processors: dict[bool, FCASTProcessor], hierarchical: bool,
+                         seed: int) -> FCASTCollator:
+    """Every variant's batches: K = `--num_sub_captions` per image, the first N = 4 the long caption's chunks (the
+    same sub-captions for the flat-text rows)."""
+    return FCASTCollator(processors[hierarchical], args.num_sub_captions, seed=seed,
+                         num_chunks=processors[True].num_chunks)
 
 
 def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, accelerator, run_args: dict, scenes,
