@@ -96,3 +96,24 @@ def test_sub_caption_similarity_is_the_mean_cosine_across_captions():
     first, second = torch.nn.functional.normalize(subs, dim=-1)
     expected = float((first @ second.T).mean())  # every chunk of caption 0 against every chunk of caption 1
     assert sub_caption_similarity(model, processor, CAPTIONS[:2], batch_size=1) == pytest.approx(expected, rel=1e-5)
+
+
+def test_the_scripts_options_set_every_variant_with_a_part_level():
+    import importlib.util
+
+    from helpers.launch import EXAMPLES
+
+    spec = importlib.util.spec_from_file_location("train_fcast", EXAMPLES / "train_fcast.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.ScriptArguments().variant_list == ["flair", "flair-cast", "flair-cast-hier", "fcast", "fcast-no-part"]
+    args = script.ScriptArguments(variants="fcast,fcast-part-0.1,fcast-no-part,flair", part_loss_weight=0.5,
+                                  nonpaper_detach_stage1_from_part_loss=True)
+    weights = {name: (args.variant(name).part_loss_weight, args.variant(name).nonpaper_detach_stage1_from_part_loss)
+               for name in args.variant_list}
+    assert weights == {"fcast": (0.5, True), "fcast-part-0.1": (0.5, True), "fcast-no-part": (0.0, False),
+                       "flair": (1.0, False)}
+    default = script.ScriptArguments(variants=",".join(script.VARIANTS))
+    assert {name: (default.variant(name).part_loss_weight, default.variant(name).nonpaper_detach_stage1_from_part_loss)
+            for name in ("fcast", "fcast-part-0.1", "fcast-nonpaper-stage1-detached")} == {
+        "fcast": (1.0, False), "fcast-part-0.1": (0.1, False), "fcast-nonpaper-stage1-detached": (1.0, True)}
