@@ -16,6 +16,11 @@ Variants, trained identically (same seed, data order, sub-captions, optimiser an
   flair-cast-hier  + CLIP text encoder -> hierarchical (t^long joins the sub-captions as a positive of L_mps)
   fcast            + flat loss -> two-level loss: F-CAST, L = L_part + L_whole (Eq. 7-8)
   fcast-no-part    F-CAST without the part-level loss (Table 5's "w/o Part alignment"; LoTLIP-style whole level only)
+and, not run by default, two readings of why the last row beats F-CAST in this miniature (docs/models/fcast.md):
+  fcast-part-0.1                   F-CAST with L = 0.1 L_part + L_whole
+  fcast-nonpaper-stage1-detached   F-CAST with L_part's gradient kept out of the text encoder's stage 1 (NOT the
+                                   paper's: `FCASTTask(nonpaper_detach_stage1_from_part_loss=True)`)
+`--part_loss_weight` and `--nonpaper_detach_stage1_from_part_loss` set these for every variant with a part level.
 Batches hold B images with K sub-captions each (`--num_sub_captions`; the first N = 4 are the random chunks of the
 long caption, App. C); the flat-text rows see the same K sub-captions and read a long caption as one 77-token text.
 Evaluation on the test scenes: R@1 both ways with the long captions (balanced chunking), and within the
@@ -33,7 +38,7 @@ sub-captions per image, head-averaged attention, F-CAST's and FLAIR's models, Fi
 in train_himo.py.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -76,15 +81,25 @@ class Variant:
     hierarchical: bool  # hierarchical text encoder, or CLIP's flat one
     objective: str  # "fcast" (two-level) or "flair" (flat)
     part_loss_weight: float = 1.0
+    nonpaper_detach_stage1_from_part_loss: bool = False  # not the paper's: `FCASTTask`'s diagnostic switch
+
+    @property
+    def has_part_level(self) -> bool:
+        return self.objective == "fcast" and self.part_loss_weight > 0
 
 
-VARIANTS = {  # Table 2's rows from FLAIR to F-CAST, then Table 5's ablation
+VARIANTS = {  # Table 2's rows from FLAIR to F-CAST, then Table 5's ablation (the default run)
     "flair": Variant("vit", False, "flair"),
     "flair-cast": Variant("cast", False, "flair"),
     "flair-cast-hier": Variant("cast", True, "flair"),
     "fcast": Variant("cast", True, "fcast"),
     "fcast-no-part": Variant("cast", True, "fcast", part_loss_weight=0.0),
 }
+PAPER_ROWS = tuple(VARIANTS)
+VARIANTS.update({  # why "w/o part" beats F-CAST here (docs/models/fcast.md): a lighter L_part, or none in stage 1
+    "fcast-part-0.1": Variant("cast", True, "fcast", part_loss_weight=0.1),
+    "fcast-nonpaper-stage1-detached": Variant("cast", True, "fcast", nonpaper_detach_stage1_from_part_loss=True),
+})
 BASES = {"vit": VARIANTS["flair"], "cast": VARIANTS["flair-cast"]}  # the flat-text towers each variant starts from
 FIGURES = ("fcast", "flair")  # variants whose grounding is drawn; `--push_to_hub` publishes the F-CAST ones
 RETRIEVAL_METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i")
@@ -101,7 +116,12 @@ LOOP_DEFAULTS = dict(output_dir="outputs/fcast", max_steps=200, per_device_train
 
 @dataclass
 class ScriptArguments(BaseArguments):
-    variants: str = field(default=",".join(VARIANTS), metadata={"help": f"comma list of {list(VARIANTS)}"})
+    variants: str = field(default=",".join(PAPER_ROWS), metadata={"help": f"comma list of {list(VARIANTS)}"})
+    part_loss_weight: float | None = field(default=None, metadata={
+        "help": "L_part's weight in every variant with a part level (default: each variant's own, fcast's 1)"})
+    nonpaper_detach_stage1_from_part_loss: bool = field(default=False, metadata={
+        "help": "NOT the paper's (a diagnostic): keep L_part's gradient out of the text encoder's stage 1 in every "
+                "variant with a part level (it still trains the projection, the pooling and CAST)"})
     image_size: int = field(default=64, metadata={"help": "image side in pixels (scenes rendered at it)"})
     num_segments: int = field(default=49, metadata={"help": "CAST's superpixels per image"})
     vit_patch_size: int = field(default=8, metadata={"help": "the ViT's patch side (8 px at 64 px: 64 patches)"})
@@ -128,6 +148,16 @@ class ScriptArguments(BaseArguments):
         if not self.variant_list or set(self.variant_list) - set(VARIANTS):
             raise ValueError(f"--variants takes a comma list of {list(VARIANTS)}, got {self.variants!r}")
         self.cluster_list = [int(n) for n in self.num_clusters.split(",")]
+
+    def variant(self, name: str) -> Variant:
+        """Variant `name` with `--part_loss_weight` and `--nonpaper_detach_stage1_from_part_loss` applied where it
+        has a part level."""
+        spec = VARIANTS[name]
+        if not spec.has_part_level:
+            return spec
+        weight = spec.part_loss_weight if self.part_loss_weight is None else self.part_loss_weight
+        detach = spec.nonpaper_detach_stage1_from_part_loss or self.nonpaper_detach_stage1_from_part_loss
+        return replace(spec, part_loss_weight=weight, nonpaper_detach_stage1_from_part_loss=detach)
 
 
 def structure(config: FCASTConfig) -> tuple[str, bool]:
@@ -223,6 +253,28 @@ def evaluate_bases(accelerator, bases: dict[str, str], processor: FCASTProcessor
     return results
 
 
+def variant_task(variant: str, args: ScriptArguments, processors: dict[bool, FCASTProcessor], bases: dict[str, str],
+                 seed: int) -> tuple[FCASTTask, FCASTProcessor]:
+    """Variant `variant`'s task and processor as it starts training under `seed`: its model built and started from
+    its pretrained base (`bases`, unless empty), every variant with the same sub-captions."""
+    set_seed(seed)
+    spec = args.variant(variant)
+    processor = processors[spec.hierarchical]
+    model = build(spec, args, processor)
+    if bases:
+        start_from_base(model, FCASTModel.from_pretrained(bases[spec.vision_backbone]))
+    return FCASTTask(model, sub_caption_collator(args, processors, spec.hierarchical, seed), spec.objective,
+                     spec.part_loss_weight, spec.nonpaper_detach_stage1_from_part_loss), processor
+
+
+def sub_caption_collator(args: ScriptArguments, processors: dict[bool, FCASTProcessor], hierarchical: bool,
+                         seed: int) -> FCASTCollator:
+    """Every variant's batches: K = `--num_sub_captions` per image, the first N = 4 the long caption's chunks (the
+    same sub-captions for the flat-text rows)."""
+    return FCASTCollator(processors[hierarchical], args.num_sub_captions, seed=seed,
+                         num_chunks=processors[True].num_chunks)
+
+
 def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, accelerator, run_args: dict, scenes,
         processors: dict[bool, FCASTProcessor], pairs, bases: dict[str, str],
         base_results: dict[str, dict]) -> dict[str, dict]:
@@ -232,15 +284,8 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
     test, output_dir, built = scenes["test"], Path(loop_args.output_dir), []
 
     def build_task(variant: str):
-        set_seed(loop_args.seed)
         built.append(variant)
-        spec, processor = VARIANTS[variant], processors[VARIANTS[variant].hierarchical]
-        collator = FCASTCollator(processor, args.num_sub_captions, seed=loop_args.seed,
-                                 num_chunks=processors[True].num_chunks)  # every variant: the same sub-captions
-        model = build(spec, args, processor)
-        if bases:
-            start_from_base(model, FCASTModel.from_pretrained(bases[spec.vision_backbone]))
-        return FCASTTask(model, collator, spec.objective, spec.part_loss_weight), processor
+        return variant_task(variant, args, processors, bases, loop_args.seed)
 
     def evaluate(model, processor):
         result = evaluate_on_scenes(model, processor, args, test, pairs, loop_args.per_device_eval_batch_size)
@@ -266,9 +311,10 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
     return results
 
 
-def main() -> None:
-    args, _, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
-        "train_fcast", ScriptArguments, LOOP_DEFAULTS, backbone=False)
+def prepare(args: ScriptArguments, accelerator, loop_args: LoopArguments):
+    """(scenes, {hierarchical: processor}, hard pairs, {vision backbone: base checkpoint}) of a run: the synthetic
+    scenes (the training ones with superpixels), the processors (a tokenizer trained on the scenes, or the given
+    checkpoint's), the pairs differing after token 77 and the short-caption bases (`pretrained_bases`)."""
     with accelerator.main_process_first():
         scenes = load_synthetic_scenes(seed=args.dataset_seed, num_train=args.num_train, num_test=args.num_test,
                                        num_validation=2, image_size=args.image_size)
@@ -296,6 +342,14 @@ def main() -> None:
     # a given checkpoint is every variant's start; else each starts from its cached short-caption base
     bases = {} if args.init_from_checkpoint else pretrained_bases(args, accelerator, scenes, processors[False],
                                                                   loop_args)
+    return scenes, processors, pairs, bases
+
+
+def main() -> None:
+    args, _, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
+        "train_fcast", ScriptArguments, LOOP_DEFAULTS, backbone=False)
+    scenes, processors, pairs, bases = prepare(args, accelerator, loop_args)
+    needs_superpixels = processors[True].needs_superpixels
     base_results = evaluate_bases(accelerator, bases, processors[False], args, scenes["test"], pairs,
                                   loop_args.per_device_eval_batch_size)  # fixed across seeds: once
     run_over_seeds(accelerator, loop_args, hub_args,

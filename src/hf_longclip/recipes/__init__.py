@@ -22,6 +22,7 @@ from hf_longclip.recipes.longclip import FirstSentenceCollator, KeptPositionsTas
 from hf_longclip.recipes.text_lengths import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import whole_model_init
+from hf_longclip.training.provenance import provenance
 from hf_longclip.training.recipe import (
     BackboneArguments,
     BaseArguments,
@@ -55,6 +56,7 @@ __all__ = [
     "load_synthetic_scenes",
     "parse_variants",
     "plot_prefix_similarity",
+    "provenance",
     "publish",
     "run_over_seeds",
     "saved_options",

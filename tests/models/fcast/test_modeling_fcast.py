@@ -162,9 +162,11 @@ def test_without_part_alignment_only_the_whole_term():
 def test_task_options():
     model = tiny_fcast()
     assert not hasattr(model, "objective") and not hasattr(model.config, "part_loss_weight")
-    assert fcast_task(model).options() == {"objective": "fcast", "part_loss_weight": 1.0}
+    assert fcast_task(model).options() == {"objective": "fcast", "part_loss_weight": 1.0,
+                                           "nonpaper_detach_stage1_from_part_loss": False}
     assert all(p.requires_grad for p in model.parameters())  # F-CAST with L_part trains every parameter
-    assert fcast_task(tiny_fcast(row="flair"), "flair").options() == {"objective": "flair", "part_loss_weight": 1.0}
+    assert fcast_task(tiny_fcast(row="flair"), "flair").options() == {
+        "objective": "flair", "part_loss_weight": 1.0, "nonpaper_detach_stage1_from_part_loss": False}
 
 
 def test_flair_pairs_grow_as_b_times_b_plus_k():

@@ -58,14 +58,16 @@ def test_train_fcast_end_to_end(engine, tmp_path):
         assert (tmp_path / "run" / f"grounding-{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     model = AutoModel.from_pretrained(tmp_path / "run" / "fcast", trust_remote_code=True)
     # the objective and L_part's weight are the task's options, saved beside the checkpoint, not in its config
-    assert isinstance(model, FCASTModel) and saved_options(model) == {"objective": "fcast", "part_loss_weight": 1.0}
+    assert isinstance(model, FCASTModel) and saved_options(model) == {"objective": "fcast", "part_loss_weight": 1.0,
+                                                        "nonpaper_detach_stage1_from_part_loss": False}
     assert not hasattr(model.config, "part_loss_weight") and not hasattr(model.config, "objective")
     flair = AutoModel.from_pretrained(tmp_path / "run" / "flair", trust_remote_code=True)
     assert (flair.config.vision_backbone, saved_options(flair)["objective"],
             flair.config.text_config.num_stage2_layers) == ("vit", "flair", 0)
     if "fcast-no-part" in training:
         no_part = AutoModel.from_pretrained(tmp_path / "run" / "fcast-no-part", trust_remote_code=True)
-        assert saved_options(no_part) == {"objective": "fcast", "part_loss_weight": 0.0}
+        assert saved_options(no_part) == {"objective": "fcast", "part_loss_weight": 0.0,
+                                          "nonpaper_detach_stage1_from_part_loss": False}
     assert AutoProcessor.from_pretrained(tmp_path / "run" / "flair", trust_remote_code=True).num_chunks == 1
 
 

@@ -1,12 +1,15 @@
 """What trains F-CAST (and FLAIR): its task (part/whole sigmoid losses over sub-captions), the pretraining of its
-bases, the grounding evaluation and figures, and the Hub card information."""
+bases, the grounding evaluation and figures, the Hub card information, and readings of how its two terms share the
+text encoder."""
 
 from hf_longclip.data.superpixels import with_superpixels
 from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.recipes.fcast.card import CARD
+from hf_longclip.recipes.fcast.diagnostics import sub_caption_similarity, term_readings
 from hf_longclip.recipes.fcast.evaluation import grounding_scores, sentence_attention
 from hf_longclip.recipes.fcast.plots import plot_attention_maps
 from hf_longclip.recipes.fcast.task import FCASTCollator, FCASTPretrainingTask, FCASTTask, start_from_base
 
 __all__ = ["CARD", "FCASTCollator", "FCASTPretrainingTask", "FCASTTask", "grounding_scores", "plot_attention_maps",
-           "scene_corpus", "sentence_attention", "start_from_base", "train_scene_tokenizer", "with_superpixels"]
+           "scene_corpus", "sentence_attention", "start_from_base", "sub_caption_similarity", "term_readings",
+           "train_scene_tokenizer", "with_superpixels"]

@@ -14,6 +14,7 @@ CARD = ModelCardInfo(
     },
     config_rows={
         "L_part weight": ("part_loss_weight",),
+        "L_part kept out of stage 1 (not the paper's)": ("nonpaper_detach_stage1_from_part_loss",),
         "AttnPool heads / grounding stage": ("pool_heads", "grounding_stage"),
     },
 )

@@ -5,6 +5,7 @@ caption (App. C), the other K - N chunks of its other captions (Sec. 3.3, Eq. 4)
 import hashlib
 import logging
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -55,17 +56,29 @@ class FCASTTask(ContrastiveTask):
     `FLAIRLoss`: the global image against its sub-captions (and t^long with the hierarchical encoder), one temperature
     and bias, the whole level's). Batches hold K >= N sub-captions per image (`FCASTCollator`). Parameters the
     objective does not use are frozen (DDP rejects parameters without gradient). The whole level's logit scale is
-    clamped as CLIP's after every optimizer step."""
+    clamped as CLIP's after every optimizer step.
 
-    def __init__(self, model: torch.nn.Module, collate_fn, objective: str = "fcast", part_loss_weight: float = 1.0):
+    `nonpaper_detach_stage1_from_part_loss=True` (NOT the paper's, default off: a diagnostic of docs/models/fcast.md's
+    reading of Table 5) keeps L_part's gradient out of the hierarchical encoder's stage 1: t^sub (Eq. 1-2) enters
+    L_part as the text projection of the stage-1 output detached, so L_part still trains the projection, the pooling,
+    the part level and the vision tower, while stage 1 learns from L_whole alone (through the adapter and stage 2)."""
+
+    def __init__(self, model: torch.nn.Module, collate_fn, objective: str = "fcast", part_loss_weight: float = 1.0,
+                 nonpaper_detach_stage1_from_part_loss: bool = False):
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
         if part_loss_weight < 0:
             raise ValueError(f"part_loss_weight must be >= 0, got {part_loss_weight}")
         if objective == "flair" and part_loss_weight != 1.0:
             raise ValueError("part_loss_weight weighs F-CAST's L_part; FLAIR's flat loss has no such weight (keep 1.0)")
+        if nonpaper_detach_stage1_from_part_loss and not (
+                objective == "fcast" and part_loss_weight and model.config.text_config.is_hierarchical):
+            raise ValueError("nonpaper_detach_stage1_from_part_loss keeps L_part's gradient out of the hierarchical "
+                             "text encoder's stage 1: it needs objective='fcast', part_loss_weight > 0 and a "
+                             "hierarchical text encoder")
         super().__init__(model, collate_fn, FCASTLoss(part_loss_weight) if objective == "fcast" else FLAIRLoss())
         self.objective_name, self.part_loss_weight = objective, part_loss_weight
+        self.nonpaper_detach_stage1_from_part_loss = nonpaper_detach_stage1_from_part_loss
         if objective == "flair":  # one temperature and bias, the whole level's
             unused = (model.part_logit_scale, model.part_logit_bias)
         else:
@@ -88,14 +101,33 @@ class FCASTTask(ContrastiveTask):
         self._zero3_ready = True
 
     def options(self) -> dict:
-        return {"objective": self.objective_name, "part_loss_weight": self.part_loss_weight}
+        return {"objective": self.objective_name, "part_loss_weight": self.part_loss_weight,
+                "nonpaper_detach_stage1_from_part_loss": self.nonpaper_detach_stage1_from_part_loss}
+
+    @contextmanager
+    def _sub_captions_detached_from_stage1(self):
+        """While the model runs (with `nonpaper_detach_stage1_from_part_loss`): the text projection's input is
+        detached where it is the stage-1 output of every chunk, (batch, chunks, width), which gives t^sub and so only
+        L_part (Eq. 1-2, 7); its (batch, width) input, stage 2's t^long (Eq. 3), keeps its gradient. Inside the
+        forward, so that DDP and DeepSpeed see the projection run as usual."""
+        def detach_chunk_states(module, args):
+            return (args[0].detach(),) if args[0].dim() == 3 else None
+
+        handle = (self.model.text_projection.register_forward_pre_hook(detach_chunk_states)
+                  if self.nonpaper_detach_stage1_from_part_loss else None)
+        try:
+            yield
+        finally:
+            if handle is not None:
+                handle.remove()
 
     shared_outputs = ("logit_scale", "logit_bias", "part_logit_scale", "part_logit_bias")
 
     def encode(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor | None]:
         """Image, long-caption and sub-caption embeddings, the tokens sub-captions ground in (and their padding), and
         both levels' temperatures and biases."""
-        outputs = model(**batch)
+        with self._sub_captions_detached_from_stage1():
+            outputs = model(**batch)
         sub_embeds = outputs.text_model_output.sub_caption_embeds
         subs, chunks = sub_embeds.shape[1], self.model.config.text_config.num_chunks
         if subs < chunks:
