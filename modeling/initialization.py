@@ -11,11 +11,11 @@ from .transformers_compat import init
 @torch.no_grad()
 def default_initialization(module: nn.Module, config) -> None:
     """transformers' default rule (`PreTrainedModel._init_weights` of 5.x) for the layers it covers, written once
-    here because a parent's `_init_weights` reaches it on some releases only (CLIP's calls it from 5.x, not in 4.57):
-    linear and convolution weights N(0, std) and zero biases, embeddings N(0, std), norms one and zero; std is the
-    configuration's `initializer_range`, else its `initializer_factor`."""
+    here because a parent's `_init_weights` reaches it on some releases only (CLIP's does not on 4.57 and 5.0):
+    linear weights N(0, std) and zero biases, embeddings N(0, std), norms one and zero; std is the configuration's
+    `initializer_range`, else its `initializer_factor`."""
     std = getattr(config, "initializer_range", None) or getattr(config, "initializer_factor", 0.02)
-    if isinstance(module, (nn.Linear, nn.Conv2d)):
+    if isinstance(module, nn.Linear):
         init.normal_(module.weight, mean=0.0, std=std)
         if module.bias is not None:
             init.zeros_(module.bias)

@@ -51,7 +51,9 @@ def test_the_adapter_returns_a_clip_text_model_with_the_long_towers_config_and_w
     assert torch.equal(torch.random.get_rng_state(), rng_state)  # built without random initialisation
     assert type(text_encoder) is CLIPTextModel and not text_encoder.training
     assert max_length == text_encoder.config.max_position_embeddings == 248
-    assert text_encoder.config.to_dict() == himo.config.text_config.to_dict()
+    # the text config, with the model's projection width (which also describes the single-file encoder's projection)
+    assert text_encoder.config.to_dict() == {**himo.config.text_config.to_dict(),
+                                             "projection_dim": himo.config.projection_dim}
     himo_state = himo.text_model.state_dict()
     for name, tensor in text_encoder.state_dict().items():
         assert torch.equal(tensor, himo_state[name]), name

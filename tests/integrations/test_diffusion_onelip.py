@@ -10,7 +10,7 @@ import torch
 from helpers.builders import tiny_clip, tiny_onelip_processor
 from hf_longclip import OneLIPModel
 from hf_longclip.integrations.diffusion import OneLIPTextModelForDiffusion, text_encoder_for_diffusion
-from hf_longclip.models.onelip import OneLIPTextModel, modeling_onelip
+from hf_longclip.models.onelip import OneLIPTextModel
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers import StableDiffusionPipeline  # noqa: E402
@@ -68,11 +68,10 @@ def test_prompt_embeds_are_onelips_token_states_and_late_words_change_them(pipe,
 
 def test_the_pipeline_saves_and_reloads_with_the_rope_text_encoder(pipe, tmp_path):
     """The pipeline records the adapter's class under the integration module, which this process has imported and
-    where diffusers finds `PreTrainedModel`: the modeling file needs no diffusers-only name."""
+    where diffusers finds `PreTrainedModel`: the modeling file is not what diffusers resolves."""
     pipe.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "model_index.json").read_text())["text_encoder"] == [
         "hf_longclip.integrations.diffusion", "OneLIPTextModelForDiffusion"]
-    assert not hasattr(modeling_onelip, "PreTrainedModel")
     reloaded = StableDiffusionPipeline.from_pretrained(tmp_path)
     assert type(reloaded.text_encoder) is OneLIPTextModelForDiffusion
     assert reloaded.text_encoder.config.max_position_embeddings == reloaded.tokenizer.model_max_length == LENGTH

@@ -76,3 +76,23 @@ def test_export_clip_writes_the_single_file_and_other_models_are_refused(himo, t
         save_single_file_text_encoder(OneLIPModel.from_clip(tiny_clip()), tmp_path / "onelip.safetensors")
     with pytest.raises(ValueError, match=".safetensors file"):
         save_single_file_text_encoder(himo, tmp_path / "clip_l.bin")
+
+
+def test_convert_writes_the_text_encoder_folder_and_the_single_file(himo, tmp_path, monkeypatch, capsys):
+    """The command's wiring (the converters themselves: tests/conversion/)."""
+    import hf_longclip.models.conversion
+
+    processor = tiny_processor()
+    monkeypatch.setattr(hf_longclip.models.conversion, "convert_checkpoint", lambda *args: (himo, processor))
+    single = tmp_path / "longclip_l.safetensors"
+    main(["convert", "longclip", str(tmp_path / "released.pt"), str(tmp_path / "text"), "--text-encoder-only",
+          "--single-file", str(single)])
+    assert "as one file" in capsys.readouterr().out
+    assert set(load_file(single)) == set(single_file_text_encoder_keys(himo))
+    assert CLIPTextModel.from_pretrained(tmp_path / "text").config.max_position_embeddings == 248
+
+
+def single_file_text_encoder_keys(model) -> set[str]:
+    """transformers' `CLIPTextModelWithProjection` names of `model`'s text tower (4.57-5.5's and 5.6+'s alike)."""
+    return {key for key in CLIPTextModelWithProjection(model.text_model.config).state_dict()
+            if not key.endswith("position_ids")}

@@ -9,11 +9,11 @@ CPU: patched). The step is the loop's: the task's `compute_loss` (host hooks inc
 gradient clipping, AdamW, `after_optimizer_step`.
 
 Each read left must be in one of three explicit lists, saying where it comes from: `ALLOWED`, reads inside torch and
-transformers, outside the library's control; `CPU_ONLY`, the library's input and finiteness checks, which read the
-value only when the tensor is on the CPU (the value is already on the host) and are asynchronous device assertions
-(`torch._assert_async`) on an accelerator; `HOST_WORK`, PO-HNM's queues (OneLIP), host work by design (a
-memory-mapped store and faiss mining on the CPU) in the task's `prepare_step` / `finish_step`, outside the objective
-and outside the compiled step. Any other read fails the test, naming where it happens.
+transformers, and the SDPA mask's, which reads what transformers' masks read; `CPU_ONLY`, the library's input and
+finiteness checks, which read the value only when the tensor is on the CPU (the value is already on the host) and are
+asynchronous device assertions (`torch._assert_async`) on an accelerator; `HOST_WORK`, PO-HNM's queues (OneLIP), host
+work by design (a memory-mapped store and faiss mining on the CPU) in the task's `prepare_step` / `finish_step`,
+outside the objective and outside the compiled step. Any other read fails the test, naming where it happens.
 
 One process here (seconds). The two-process test (slow: it launches `torch.distributed.run`, gloo) covers what only
 several processes run: the contrastive gathers (`objectives.losses.gather_with_grad`, whose batch sizes are
@@ -55,9 +55,11 @@ ALLOWED = {
     ("transformers/masking_utils.py", "_ignore_causal_mask_sdpa"):
         "transformers' create_causal_mask (CLIP's text towers given an attention mask) reads whether the padding mask "
         "is all ones, to drop it for SDPA's fast kernels",
-    ("transformers/masking_utils.py", "_ignore_bidirectional_mask_sdpa"):
-        "transformers' create_bidirectional_mask (CAST's stages and grouping blocks, over their valid segment "
-        "tokens) reads whether the padding mask is all ones, to drop it for SDPA's fast kernels",
+    ("hf_longclip/modeling_common/transformer.py", "attention_mask_for"):
+        "the SDPA mask of OneLIP's text encoder, CAST's stages and grouping blocks and F-CAST's stage 2 reads "
+        "whether the padding mask is all ones, to drop it for SDPA's fast kernels: the read transformers' "
+        "create_causal_mask / create_bidirectional_mask made there before (same mask, same values to the bit); "
+        "not while tracing, where the mask is always built",
 }
 CPU_ONLY = {
     ("hf_longclip/modeling_common/dual_encoder.py", "check_input_ids"): "token ids in the vocabulary",

@@ -187,7 +187,8 @@ class FCASTModelTest(DualEncoderCommonTests, unittest.TestCase):
         config, _ = self.model_tester.prepare_config_and_inputs()
         model = FCASTModel(config)
         task = self.model_tester.make_task(model)
-        self.assertEqual(task.options(), self.model_tester.task_options)
+        self.assertEqual(task.options(), {**self.model_tester.task_options,
+                                          "nonpaper_detach_stage1_from_part_loss": False})
         self.assertFalse(hasattr(config, "objective") or hasattr(config, "part_loss_weight"))
         with tempfile.TemporaryDirectory() as tmp_dir_name:
             model.save_pretrained(tmp_dir_name)
