@@ -55,7 +55,7 @@ TEXT_ENCODER_FOLDERS = ("himo_clip",)  # also saved as the plain CLIPTextModel f
 
 
 def _tiny_checkpoint(name: str):
-    """(model, processor, call) of a tiny random model of `name`: `call(model, inputs)` gives the outputs compared."""
+    """(model, processor) of a tiny random model of `name`."""
     import torch
     from transformers import CLIPImageProcessor
 
@@ -73,38 +73,22 @@ def _tiny_checkpoint(name: str):
                       depths=[1, 1, 1], num_clusters=[6, 3])
     torch.manual_seed(0)
 
-    def dual(model, inputs):
-        out = model(**inputs, return_loss=True)
-        return {"logits_per_image": out.logits_per_image, "text_embeds": out.text_embeds,
-                "image_embeds": out.image_embeds, "loss": out.loss}
-
     if name in ("himo_clip", "ditm"):
         config_class, model_class, processor_class = {
             "himo_clip": (hl.HiMoCLIPConfig, hl.HiMoCLIPModel, hl.HiMoCLIPProcessor),
             "ditm": (hl.DITMConfig, hl.DITMModel, hl.DITMProcessor)}[name]
         config = config_class(text_config=dict(width, **special, max_position_embeddings=248), vision_config=vit,
                               projection_dim=16)
-        return model_class(config), processor_class(clip_images, tokenizer, max_length=248), dual
+        return model_class(config), processor_class(clip_images, tokenizer, max_length=248)
     if name in ("onelip", "onelip_pretraining", "tulip"):
         text = dict(width, **special, max_position_embeddings=248, rope_ntk_scaling=name != "tulip")
         config = hl.OneLIPConfig(text_config=text, vision_config=vit, projection_dim=16)
         processor = hl.OneLIPProcessor(clip_images, tokenizer, max_length=248)
-        if name != "onelip_pretraining":
-            return hl.OneLIPModel(config), processor, dual
-
-        def pretraining(model, inputs):
-            out = model(**inputs, trim_top_k=4)
-            return {"text_embeds": out.text_embeds, "image_embeds": out.image_embeds,
-                    "refined_text_states": out.refined_text_states}
-
-        return hl.OneLIPForPreTraining(config), processor, pretraining
+        return (hl.OneLIPForPreTraining if name == "onelip_pretraining" else hl.OneLIPModel)(config), processor
     if name in ("cast", "cast_classifier"):
-        if name == "cast":
-            return (hl.CASTVisionModel(hl.CASTVisionConfig(**cast_tower)), cast_images,
-                    lambda model, inputs: {"pooler_output": model(**inputs).pooler_output,
-                                           "last_hidden_state": model(**inputs).last_hidden_state})
-        model = hl.CASTForImageClassification(hl.CASTVisionConfig(**cast_tower, num_labels=5))
-        return model, cast_images, lambda model, inputs: {"logits": model(**inputs).logits}
+        num_labels = {"num_labels": 5} if name == "cast_classifier" else {}
+        model_class = hl.CASTForImageClassification if num_labels else hl.CASTVisionModel
+        return model_class(hl.CASTVisionConfig(**cast_tower, **num_labels)), cast_images
     if name in ("fcast", "flair"):
         hierarchical = name == "fcast"
         text = dict(width, **special, max_position_embeddings=16, num_stage2_layers=int(hierarchical),
@@ -114,7 +98,7 @@ def _tiny_checkpoint(name: str):
                                 grounding_stage=1 if hierarchical else 0)
         processor = hl.FCASTProcessor(cast_images if hierarchical else clip_images, tokenizer, max_length=16,
                                       num_chunks=4 if hierarchical else 1, needs_superpixels=hierarchical)
-        return hl.FCASTModel(config), processor, dual
+        return hl.FCASTModel(config), processor
     raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
 
 
@@ -130,7 +114,7 @@ def save_checkpoints(root: Path, names: list[str]) -> None:
     images = [Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)) for _ in CAPTIONS]
     for name in names:
         folder = root / name
-        model, processor, call = _tiny_checkpoint(name)
+        model, processor = _tiny_checkpoint(name)
         model.eval().save_pretrained(folder)
         processor.save_pretrained(folder)
         for index, image in enumerate(images):
@@ -138,7 +122,7 @@ def save_checkpoints(root: Path, names: list[str]) -> None:
         (folder / "captions.json").write_text(json.dumps(CAPTIONS))
         inputs = _process(processor, CAPTIONS, images)
         with torch.no_grad():
-            outputs = call(model, inputs)
+            outputs = _call_outputs(name, model, inputs)
         if name in TEXT_ENCODER_FOLDERS:  # `hf-longclip convert --text-encoder-only`: a plain CLIPTextModel folder
             from hf_longclip.integrations.diffusion import save_text_encoder
 
@@ -162,7 +146,8 @@ def _process(processor, captions, images) -> dict:
 
 
 def _call_outputs(name: str, model, inputs: dict) -> dict:
-    """The outputs `save_checkpoints` compared, recomputed by the loaded model (the checkpoint's own code)."""
+    """The outputs compared: saved by `save_checkpoints` (the library's model), recomputed by the loaded model (the
+    checkpoint's own code)."""
     if name == "onelip_pretraining":
         out = model(**inputs, trim_top_k=4)
         return {"text_embeds": out.text_embeds, "image_embeds": out.image_embeds,
