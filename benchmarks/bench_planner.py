@@ -149,13 +149,13 @@ class _Unwrap:
 
 def predict(checkpointing: bool, batches: list[int]) -> dict:
     """The planner's figures for the measured step (traced at its default batches)."""
-    from hf_longclip.recipes.planner import BUILDERS, SIZES, PlanSettings, plan_memory
+    from hf_longclip.recipes.planner import PlanSettings, plan_memory, step_workload
     from hf_longclip.training.memory import trace_step_memory
 
     settings = PlanSettings(size="ViT-L/14", method="himo", precision="fp32", target="cpu",
                             gradient_checkpointing=checkpointing)
     start = time.perf_counter()
-    memory = trace_step_memory(lambda: BUILDERS["himo"](settings, SIZES["ViT-L/14"]), settings.step_options(),
+    memory = trace_step_memory(lambda: step_workload(settings), settings.step_options(),
                                settings.traced_batch_sizes)
     seconds = time.perf_counter() - start
     plan = plan_memory(settings, memory=memory)

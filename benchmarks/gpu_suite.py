@@ -1013,7 +1013,7 @@ def measured_step_memory(step, batch: dict, cuda: bool) -> tuple[int | None, int
 
 def memory_check(suite: "Suite") -> dict:
     """The planner's prediction against the measured step (see the module docstring)."""
-    from hf_longclip.recipes.planner import BUILDERS, SIZES, PlanSettings
+    from hf_longclip.recipes.planner import PlanSettings, step_workload
     from hf_longclip.training.memory import TrainingStep, trace_step_memory
 
     size, batches = MEMORY_CHECK["tiny" if suite.args.tiny else "gpu"]
@@ -1022,12 +1022,12 @@ def memory_check(suite: "Suite") -> dict:
         settings = PlanSettings(size=size, method="himo", gradient_checkpointing=checkpointing,
                                 target="gpu" if suite.cuda else "cpu")
         start = time.perf_counter()
-        memory = trace_step_memory(lambda: BUILDERS["himo"](settings, SIZES[size]), settings.step_options(),
+        memory = trace_step_memory(lambda: step_workload(settings), settings.step_options(),
                                    settings.traced_batch_sizes)
         trace_s = time.perf_counter() - start
         torch.manual_seed(0)
         with suite.device:
-            workload = BUILDERS["himo"](settings, SIZES[size])
+            workload = step_workload(settings)
             step = TrainingStep(workload, settings.step_options())
             step(workload.make_batch(batches[0]))  # AdamW's state, first-call set-up
             for batch_size in batches:

@@ -13,13 +13,8 @@ import torch
 
 from hf_longclip import cli
 from hf_longclip.recipes import planner
-from hf_longclip.recipes.planner import (
-    BUILDERS,
-    SIZES,
-    PlanSettings,
-    format_plan,
-    plan_memory,
-)
+from hf_longclip.recipes.planner import PlanSettings, format_plan, plan_memory, step_workload
+from hf_longclip.recipes.registry import SIZES, method, method_names
 from hf_longclip.training.memory import (
     CATEGORIES,
     Sharding,
@@ -34,7 +29,7 @@ TINY = dict(size="tiny", bank_captions=1000, hard_negatives=16)
 
 
 def trace(settings: PlanSettings, batch_sizes=None):
-    return trace_step_memory(lambda: BUILDERS[settings.method](settings, SIZES[settings.size]),
+    return trace_step_memory(lambda: step_workload(settings),
                              settings.step_options(), batch_sizes or settings.traced_batch_sizes)
 
 
@@ -63,7 +58,7 @@ def test_parts_are_what_adamw_keeps(himo_fp32):
     """fp32: 4 bytes of weight, 4 of gradient and 8 of AdamW's moments a parameter (plus its step counters),
     read from the traced step, not typed in."""
     settings, memory = himo_fp32
-    model = BUILDERS["himo"](settings, SIZES["tiny"]).model
+    model = step_workload(settings).model
     trained = [param for param in model.parameters() if param.requires_grad]
     rest = memory.at_rest()
     assert rest["weights"] == 4 * sum(param.numel() for param in model.parameters())
@@ -119,7 +114,7 @@ def test_the_step_traced_is_the_step_run():
     settings = PlanSettings(method="himo", gradient_checkpointing=True, target="cpu", **TINY)
     memory = trace(settings, (2, 3, 4))
     torch.manual_seed(0)
-    workload = BUILDERS["himo"](settings, SIZES["tiny"])
+    workload = step_workload(settings)
     step = TrainingStep(workload, settings.step_options())
     step(workload.make_batch(2))
     measured = live_step_peak(step, workload.make_batch(3))
@@ -185,10 +180,12 @@ def test_plan_command_reports_a_refused_setting_in_one_line(capsys):
     assert "CAST" in capsys.readouterr().err
 
 
-def test_cli_choices_are_the_planners():
-    """`plan --help` imports nothing, so its choices are written out in cli.py: they must be the planner's."""
-    assert cli.PLAN_SIZES == tuple(planner.SIZES)
-    assert cli.PLAN_METHODS == tuple(planner.METHODS)
+def test_plan_help_lists_the_registry(capsys):
+    """`plan --help` reads its methods and sizes from the registry when shown (no list of its own)."""
+    with pytest.raises(SystemExit):
+        cli.main(["plan", "--help"])
+    shown = capsys.readouterr().out
+    assert all(f"  {name}: " in shown for name in method_names()) and all(size in shown for size in SIZES)
 
 
 def test_format_plan_says_what_is_assumed():
@@ -203,8 +200,8 @@ def test_docs_table_is_the_planners():
     data = json.loads(planner.TABLE_FILE.read_text())
     assert data["columns"] == planner.TABLE_SETTINGS
     assert data["cards_gb"] == list(planner.TABLE_CARDS)
-    expected_rows = [f"{method} {size}" for size in planner.TABLE_SIZES for method in planner.TABLE_METHODS
-                     if not (method == "fcast" and SIZES[size].cast is None)]
+    expected_rows = [f"{name} {size}" for size in planner.TABLE_SIZES for name in method_names()
+                     if not method(name).unavailable(SIZES[size])]
     assert list(data["rows"]) == expected_rows
     training = (DOCS / "training.md").read_text()
     assert planner.fits_table(data["rows"]) in training

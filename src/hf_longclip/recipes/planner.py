@@ -26,13 +26,13 @@ from pathlib import Path
 
 import torch
 
+from hf_longclip.recipes.registry import SIZES, BuildOptions, PlaceholderInputs, method, method_names
 from hf_longclip.training.memory import (
     Sharding,
     StepMemory,
     StepOptions,
     StepWorkload,
     trace_step_memory,
-    with_host_values,
 )
 
 GiB = 2**30
@@ -42,68 +42,18 @@ GPU_MEMORY_GB = (24, 40, 80, 141)
 # and FRAGMENTATION of the rest is left to the caching allocator's rounding and fragmentation
 RESERVED_GIB = 1.0
 FRAGMENTATION = 0.10
-LONG_LENGTH, SHORT_LENGTH = 248, 77  # Long-CLIP's text positions, CLIP's
-SUB_CAPTIONS = 8  # FLAIR / F-CAST: sub-captions of 77 tokens per image
-CAPTIONS_PER_IMAGE = 2  # DITM: MultiCaptionCollator's default
-BOS, EOS = 49406, 49407
-
-
-@dataclass(frozen=True)
-class ModelSize:
-    """A CLIP's tower sizes (transformers' names): vision (width, layers, heads, MLP width, image and patch size),
-    text (width, layers, heads, MLP width), the shared projection, the vocabulary and the activation."""
-
-    vision_width: int
-    vision_layers: int
-    vision_heads: int
-    vision_intermediate: int
-    image_size: int
-    patch_size: int
-    text_width: int
-    text_layers: int
-    text_heads: int
-    text_intermediate: int
-    projection_dim: int
-    vocab_size: int = 49408
-    hidden_act: str = "quick_gelu"
-    cast: tuple | None = None  # CAST's (depths, clusters) at this width, where it is defined (F-CAST)
-
-
-SIZES = {
-    "ViT-B/16": ModelSize(768, 12, 12, 3072, 224, 16, 512, 12, 8, 2048, 512, cast=((3, 3, 3, 2), (64, 32, 16))),
-    "ViT-L/14": ModelSize(1024, 24, 16, 4096, 224, 14, 768, 12, 12, 3072, 768),
-    "ViT-L/14-336": ModelSize(1024, 24, 16, 4096, 336, 14, 768, 12, 12, 3072, 768),
-    # OpenCLIP ViT-bigG-14 (laion2b_s39b_b160k): SDXL's second text encoder is its text tower
-    "ViT-bigG-14": ModelSize(1664, 48, 16, 8192, 224, 14, 1280, 32, 20, 5120, 1280, hidden_act="gelu"),
-    # the tests' size: the same code at widths of 32
-    "tiny": ModelSize(32, 2, 4, 64, 32, 8, 32, 2, 4, 64, 16, vocab_size=1000, cast=((1, 1), (8,))),
-}
-
-METHODS = {
-    "himo": "HiMo-CLIP: MoLo with HiDe over the gathered batch (HiMoCLIPTask, the paper's recipe), 248 tokens",
-    "longclip": "Long-CLIP's fine-tuning (LongCLIPTask): long captions (248 tokens) and their first sentences "
-                f"({SHORT_LENGTH} tokens at most), PCA of the image features",
-    "onelip": "OneLIP (OneLIPTask): Eq. 10 with TRIM, a frozen 77-token text teacher of the same size, PO-HNM's "
-              "queued hard negatives, 248 tokens",
-    "ditm": f"DITM (DITMTask): adaptive triplet + ordering, {CAPTIONS_PER_IMAGE} captions of 248 tokens per image",
-    "flair": f"FLAIR (FCASTTask, objective flair): ViT, flat text encoder, {SUB_CAPTIONS} sub-captions of 77 tokens "
-             "per image",
-    "fcast": f"F-CAST (FCASTTask): CAST backbone, hierarchical text encoder over 4 chunks, {SUB_CAPTIONS} "
-             "sub-captions of 77 tokens per image, two-level loss",
-}
-METHOD_ALIASES = {"molo": "himo"}
 
 
 @dataclass(frozen=True)
 class PlanSettings:
-    """What to plan: `size` (a `SIZES` name), `method` (a `METHODS` name), `precision` ("bf16": mixed, or "fp32"),
-    `gradient_checkpointing`, `zero_stage` (0, 2 or 3; 0 with several processes is DDP) over `processes`, gradient
-    caching's `chunk` (0: off), `lora_r` (LoRA's rank on the attention projections; 0: full fine-tuning), `lock`
-    ("image" or "text": that tower frozen, open_clip's --lock-image / --lock-text; "none"), OneLIP's
-    `hard_negatives` (M queued per sample; 0: none) and `bank_captions` (the captions whose base embeddings sit on
-    the GPU for the queues' gather; ShareGPT4V's 1.2M), `target` ("gpu": AdamW's multi-tensor kernels, memory set
-    aside per card; "cpu": PyTorch's CPU defaults, nothing set aside) and the traced `batch_sizes` (default: 8, 16,
-    24; with gradient caching 2, 3 and 4 chunks)."""
+    """What to plan: `size` (a `SIZES` name), `method` (a method of `hf_longclip.recipes.registry`), `precision`
+    ("bf16": mixed, or "fp32"), `gradient_checkpointing`, `zero_stage` (0, 2 or 3; 0 with several processes is
+    DDP) over `processes`, gradient caching's `chunk` (0: off), `lora_r` (LoRA's rank on the attention
+    projections; 0: full fine-tuning), `lock` ("image" or "text": that tower frozen, open_clip's --lock-image /
+    --lock-text; "none"), OneLIP's `hard_negatives` (M queued per sample; 0: none) and `bank_captions` (the
+    captions whose base embeddings sit on the GPU for the queues' gather; ShareGPT4V's 1.2M), `target` ("gpu":
+    AdamW's multi-tensor kernels, memory set aside per card; "cpu": PyTorch's CPU defaults, nothing set aside)
+    and the traced `batch_sizes` (default: 8, 16, 24; with gradient caching 2, 3 and 4 chunks)."""
 
     size: str = "ViT-B/16"
     method: str = "himo"
@@ -120,12 +70,9 @@ class PlanSettings:
     batch_sizes: tuple[int, ...] = ()
 
     def __post_init__(self):
-        method = METHOD_ALIASES.get(self.method, self.method)
-        object.__setattr__(self, "method", method)
         if self.size not in SIZES:
             raise ValueError(f"unknown size {self.size!r}; choose among {', '.join(SIZES)}")
-        if method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; choose among {', '.join(METHODS)}")
+        object.__setattr__(self, "method", method(self.method).name)
         if self.precision not in ("bf16", "fp32"):
             raise ValueError(f"precision must be bf16 or fp32, got {self.precision!r}")
         if self.zero_stage not in (0, 1, 2, 3):
@@ -143,9 +90,11 @@ class PlanSettings:
             raise ValueError("LoRA freezes every base weight already: lock no tower with it")
         if self.target not in ("gpu", "cpu"):
             raise ValueError(f"target must be gpu or cpu, got {self.target!r}")
-        if method == "fcast" and SIZES[self.size].cast is None:
-            raise ValueError(f"F-CAST's CAST backbone is defined at {', '.join(n for n, s in SIZES.items() if s.cast)}"
-                             f" (CAST-B at ViT-B/16), not at {self.size}: plan flair there")
+        if why := method(self.method).unavailable(SIZES[self.size]):
+            raise ValueError(f"{self.method} is not defined at {self.size}: {why}")
+
+    def build_options(self) -> BuildOptions:
+        return BuildOptions(hard_negatives=self.hard_negatives, bank_captions=self.bank_captions, target=self.target)
 
     @property
     def deepspeed(self) -> bool:
@@ -179,180 +128,29 @@ class PlanSettings:
             parts.append(f"LoRA r={self.lora_r}")
         if self.lock != "none":
             parts.append(f"{self.lock} tower locked")
-        if self.method == "onelip":
+        if "hard_negatives" in method(self.method).options_used:
             parts.append(f"{self.hard_negatives} hard negatives per sample" if self.hard_negatives
                          else "no hard negatives")
         return ", ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The workloads: each method's model and task, as its script builds them, at a size
+# The workload: the method's model and task (its spec in the registry), at a size
 
 
-def _text_config(size: ModelSize, positions: int, layers: int | None = None) -> dict:
-    return dict(hidden_size=size.text_width, intermediate_size=size.text_intermediate,
-                num_attention_heads=size.text_heads, num_hidden_layers=layers or size.text_layers,
-                vocab_size=size.vocab_size, max_position_embeddings=positions, hidden_act=size.hidden_act,
-                bos_token_id=BOS % size.vocab_size, eos_token_id=EOS % size.vocab_size,
-                pad_token_id=EOS % size.vocab_size)
-
-
-def _vision_config(size: ModelSize) -> dict:
-    return dict(hidden_size=size.vision_width, intermediate_size=size.vision_intermediate,
-                num_attention_heads=size.vision_heads, num_hidden_layers=size.vision_layers,
-                image_size=size.image_size, patch_size=size.patch_size, hidden_act=size.hidden_act)
-
-
-class _Batches:
-    """Batches of the shapes a method's collator gives (contents do not matter on fake tensors)."""
-
-    def __init__(self, size: ModelSize, settings: PlanSettings):
-        self.size = size
-        # DeepSpeed's bf16 runs the model in bf16 without autocast: pixels are given in bf16 (CAST's patch embedding,
-        # unlike CLIP's, does not cast them to its weights' dtype)
-        self.pixel_dtype = torch.bfloat16 if settings.deepspeed and settings.precision == "bf16" else torch.float32
-
-    def texts(self, rows: int, length: int) -> dict:
-        """Token ids padded to the longest text, as the processors pad: the first text `length` tokens long, the
-        others one shorter (real batches hold padding, so the text towers build their attention masks)."""
-        eos = EOS % self.size.vocab_size  # where the text towers pool
-        ids, mask = torch.zeros(rows, length, dtype=torch.long), torch.ones(rows, length, dtype=torch.long)
-        ids[:1, -1] = eos
-        ids[1:, -2:] = eos
-        mask[1:, -1] = 0
-        return {"input_ids": ids, "attention_mask": mask}
-
-    def images(self, rows: int) -> torch.Tensor:
-        return torch.zeros(rows, 3, self.size.image_size, self.size.image_size, dtype=self.pixel_dtype)
-
-
-class _QueuedNegatives:
-    """PO-HNM's queues as the GPU holds them (`hf_longclip.recipes.onelip.hard_negatives.HardNegativeQueues`): the
-    bank's caption embeddings (captions x projection, float16) on the device, each batch's M queued negatives
-    gathered from it by index; the refresh's host work (faiss, the queue file) is no GPU memory."""
-
-    def __init__(self, captions: int, queue_size: int, dim: int):
-        self.bank = torch.zeros(captions, dim, dtype=torch.float16)
-        self.queue_size = queue_size
-
-    def negatives(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        indices = torch.zeros(rows.shape[0], self.queue_size, dtype=torch.long)
-        filled = indices >= 0
-        return self.bank[indices].masked_fill_(~filled[..., None], 0), filled
-
-    def refresh(self, rows, image_embeds, text_embeds, negative_embeds, step) -> dict:
-        return {}
-
-
-def _himo(settings: PlanSettings, size: ModelSize, longclip: bool = False) -> StepWorkload:
-    from hf_longclip.models.himo_clip.configuration_himo_clip import HiMoCLIPConfig
-    from hf_longclip.models.himo_clip.modeling_himo_clip import HiMoCLIPModel
-    from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
-    from hf_longclip.recipes.longclip import SHORT_PREFIX, LongCLIPTask
-
-    # as converted from Long-CLIP's release (rows 0-19 kept)
-    model = HiMoCLIPModel(HiMoCLIPConfig(text_config=_text_config(size, LONG_LENGTH),
-                                         vision_config=_vision_config(size), projection_dim=size.projection_dim,
-                                         frozen_position_rows=20))
+def step_workload(settings: PlanSettings) -> StepWorkload:
+    """The step `settings` plans: the method's model and task at its size (`Method.build`), LoRA or a locked tower
+    as the loop applies them, and batches as the method's collator makes them, of fixed values (`PlaceholderInputs`;
+    DeepSpeed's bf16 runs the model in bf16 without autocast: pixels come in bf16, as CAST's patch embedding does
+    not cast them to its weights' dtype)."""
+    size, spec, options = SIZES[settings.size], method(settings.method), settings.build_options()
+    model, task = spec.build(size, options)
     model = _adapted(model, settings)
-    data = _Batches(size, settings)
-
-    def make_batch(rows: int) -> dict:
-        batch = {**data.texts(rows, LONG_LENGTH), "pixel_values": data.images(rows)}
-        if longclip:
-            batch.update({SHORT_PREFIX + key: value for key, value in data.texts(rows, SHORT_LENGTH).items()})
-        return batch
-
-    task = LongCLIPTask(model, None) if longclip else HiMoCLIPTask(model, None)
-    return StepWorkload(model, task, make_batch)
-
-
-def _onelip(settings: PlanSettings, size: ModelSize) -> StepWorkload:
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    from hf_longclip.models.onelip.configuration_onelip import OneLIPConfig
-    from hf_longclip.models.onelip.modeling_onelip import OneLIPForPreTraining
-    from hf_longclip.recipes.onelip.task import OneLIPTask
-
-    model = OneLIPForPreTraining(OneLIPConfig(text_config=dict(_text_config(size, LONG_LENGTH),
-                                                               base_length=SHORT_LENGTH),
-                                              vision_config=_vision_config(size), projection_dim=size.projection_dim))
-    model = _adapted(model, settings)
-    teacher = CLIPTextModel(CLIPTextConfig(**_text_config(size, SHORT_LENGTH)))
-    queues = (_QueuedNegatives(settings.bank_captions, settings.hard_negatives, size.projection_dim)
-              if settings.hard_negatives else None)
-    # the GPU's decomposition (the CPU's exact one is `auto` on a CPU)
-    task = OneLIPTask(model, None, teacher=teacher, hard_negatives=queues,
-                      trim_decomposition="subspace" if settings.target == "gpu" else "auto")
-    del teacher  # the task holds its own copy
-    data = _Batches(size, settings)
-
-    def make_batch(rows: int) -> dict:
-        batch = {**data.texts(rows, LONG_LENGTH), "pixel_values": data.images(rows)}
-        if queues is not None:
-            batch["sample_index"] = torch.arange(rows)
-        return batch
-
-    def extra() -> list:  # after the first step, which placed the teacher in the model's dtype
-        return [list(task.teacher.parameters()), list(task.teacher.buffers())] + ([queues.bank] if queues else [])
-
-    return StepWorkload(model, task, make_batch, extra)
-
-
-def _ditm(settings: PlanSettings, size: ModelSize) -> StepWorkload:
-    from hf_longclip.models.ditm.configuration_ditm import DITMConfig
-    from hf_longclip.models.ditm.modeling_ditm import DITMModel
-    from hf_longclip.recipes.ditm.task import DITMTask
-
-    model = DITMModel(DITMConfig(text_config=_text_config(size, LONG_LENGTH), vision_config=_vision_config(size),
-                                 projection_dim=size.projection_dim))
-    model = _adapted(model, settings)
-    data = _Batches(size, settings)
-
-    def make_batch(rows: int) -> dict:  # MultiCaptionCollator's: each image once, its captions after it
-        texts = rows * CAPTIONS_PER_IMAGE
-        owners = with_host_values(torch.arange(rows).repeat_interleave(CAPTIONS_PER_IMAGE),  # split_batch reads it
-                                  [row // CAPTIONS_PER_IMAGE for row in range(texts)])
-        return {**data.texts(texts, LONG_LENGTH), "pixel_values": data.images(rows), "text_image_index": owners,
-                "image_ids": owners.clone(), "descriptiveness": torch.zeros(texts)}
-
-    return StepWorkload(model, DITMTask(model, None), make_batch)
-
-
-def _fcast(settings: PlanSettings, size: ModelSize, objective: str) -> StepWorkload:
-    from hf_longclip.models.fcast.configuration_fcast import FCASTConfig
-    from hf_longclip.models.fcast.modeling_fcast import FCASTModel
-    from hf_longclip.recipes.fcast.task import FCASTTask
-
-    if objective == "fcast":  # as benchmarks/gpu_suite.py and examples/train_fcast.py build F-CAST
-        stage1 = 2 * size.text_layers // 3
-        text = dict(_text_config(size, SHORT_LENGTH, stage1), num_stage2_layers=size.text_layers - stage1,
-                    num_chunks=4)
-        depths, clusters = size.cast
-        vision = dict(hidden_size=size.vision_width, intermediate_size=size.vision_intermediate,
-                      num_attention_heads=size.vision_heads, image_size=size.image_size,
-                      num_segments=(size.image_size // size.patch_size) ** 2, depths=list(depths),
-                      num_clusters=list(clusters))
-        backbone = "cast"
-    else:
-        text = dict(_text_config(size, SHORT_LENGTH), num_stage2_layers=0, num_chunks=1)
-        vision, backbone = _vision_config(size), "vit"
-    model = FCASTModel(FCASTConfig(text_config=text, vision_config=vision, vision_backbone=backbone,
-                                   projection_dim=size.projection_dim, pool_heads=size.text_heads))
-    model = _adapted(model, settings)
-    data = _Batches(size, settings)
-
-    def make_batch(rows: int) -> dict:
-        texts = data.texts(rows * SUB_CAPTIONS, SHORT_LENGTH)
-        batch = {key: value.view(rows, SUB_CAPTIONS, SHORT_LENGTH) for key, value in texts.items()}
-        batch["pixel_values"] = data.images(rows)
-        if backbone == "cast":  # CASTImageProcessor's label maps: here a grid of patch-sized squares
-            cells = torch.arange(size.image_size) // size.patch_size
-            grid = cells[:, None] * (size.image_size // size.patch_size) + cells[None]
-            batch["superpixels"] = grid.expand(rows, -1, -1).contiguous()
-        return batch
-
-    return StepWorkload(model, FCASTTask(model, None, objective=objective), make_batch)
+    pixels = torch.bfloat16 if settings.deepspeed and settings.precision == "bf16" else torch.float32
+    inputs = PlaceholderInputs(size, pixel_dtype=pixels)
+    # what the objective holds outside the model, after the first step (which may have moved it)
+    return StepWorkload(model, task, lambda rows: spec.example_batch(size, rows, inputs, options),
+                        lambda: list(spec.held_outside(task).values()))
 
 
 def _adapted(model: torch.nn.Module, settings: PlanSettings) -> torch.nn.Module:
@@ -367,16 +165,6 @@ def _adapted(model: torch.nn.Module, settings: PlanSettings) -> torch.nn.Module:
 
         lock_tower(model, settings.lock)
     return model
-
-
-BUILDERS = {
-    "himo": lambda settings, size: _himo(settings, size),
-    "longclip": lambda settings, size: _himo(settings, size, longclip=True),
-    "onelip": _onelip,
-    "ditm": _ditm,
-    "flair": lambda settings, size: _fcast(settings, size, "flair"),
-    "fcast": lambda settings, size: _fcast(settings, size, "fcast"),
-}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -421,12 +209,7 @@ def assumptions(settings: PlanSettings) -> list[str]:
     if settings.precision == "bf16" and not settings.zero_stage:
         lines.append("bf16 mixed as accelerate runs it: fp32 weights, the model's forward under bf16 autocast, its "
                      "outputs and the objective in fp32")
-    if settings.method == "onelip" and settings.hard_negatives:
-        lines.append(f"PO-HNM: the bank's {settings.bank_captions:,} caption embeddings on the GPU (float16), each "
-                     f"sample's {settings.hard_negatives} queued negatives gathered from it; the queues themselves "
-                     "stay on disk")
-    if settings.method == "longclip":
-        lines.append(f"Long-CLIP's first sentences padded to {SHORT_LENGTH} tokens (the collator pads to the longest)")
+    lines += method(settings.method).plan_notes(settings.build_options())
     if settings.chunk:
         lines.append("gradient cache: the contrastive batch is encoded in chunks twice; the batch below is the "
                      "contrastive batch per process (a multiple of the chunk)")
@@ -449,6 +232,7 @@ class MemoryPlan:
     traced: list[dict]  # {"batch_size", "peak"} of each trace (no fit)
     largest_batch: dict[int, int]  # card GB -> largest batch per process
     peak_at: dict[int, float] = field(default_factory=dict)  # batch -> peak bytes (the largest batches' and 128's)
+    held_outside: list[str] = field(default_factory=list)  # what the objective's extra holds (a frozen teacher, ...)
     assumptions: list[str] = field(default_factory=list)
     seconds: float = 0.0
     aligned: bool = True
@@ -464,10 +248,15 @@ class MemoryPlan:
 def plan_memory(settings: PlanSettings, budgets_gb=GPU_MEMORY_GB, memory: StepMemory | None = None) -> MemoryPlan:
     """Trace the step `settings` describes (or reuse `memory`, a trace of the same step) and derive the plan."""
     start = time.perf_counter()
+    held = []  # what the objective holds outside the model, by name
+
+    def build() -> StepWorkload:
+        workload = step_workload(settings)
+        held.extend(method(settings.method).held_outside(workload.task))
+        return workload
+
     if memory is None:
-        size = SIZES[settings.size]
-        memory = trace_step_memory(lambda: BUILDERS[settings.method](settings, size), settings.step_options(),
-                                   settings.traced_batch_sizes)
+        memory = trace_step_memory(build, settings.step_options(), settings.traced_batch_sizes)
     sharding = settings.sharding()
     rest = memory.at_rest(sharding)
     multiple = settings.chunk or 1
@@ -479,7 +268,7 @@ def plan_memory(settings: PlanSettings, budgets_gb=GPU_MEMORY_GB, memory: StepMe
         optimizer=rest["optimizer"], extra=rest["extra"], per_sample=memory.per_sample(sharding),
         traced=[{"batch_size": batch, "peak": peak}
                 for batch, peak in zip(memory.batch_sizes, memory.traced_peaks(sharding), strict=True)],
-        largest_batch=largest, peak_at=peak_at, assumptions=assumptions(settings),
+        largest_batch=largest, peak_at=peak_at, assumptions=assumptions(settings), held_outside=held,
         seconds=time.perf_counter() - start, aligned=memory.aligned)
 
 
@@ -498,8 +287,7 @@ def format_plan(plan: MemoryPlan) -> str:
              f"  gradients                 {_gib(plan.gradients)}",
              f"  optimizer state (AdamW)   {_gib(plan.optimizer)}",
              f"  objective's extra         {_gib(plan.extra)}"
-             + ("   (frozen teacher" + (", PO-HNM bank" if s.hard_negatives else "") + ")"
-                if s.method == "onelip" else ""),
+             + (f"   ({', '.join(plan.held_outside)})" if plan.held_outside else ""),
              f"  activations per sample    {_gib(plan.per_sample)}   (growth of the step's peak per sample, batches "
              f"{plan.traced[0]['batch_size']}-{plan.traced[-1]['batch_size']})",
              "  step peak, traced         " + ", ".join(f"{_gib(row['peak']).strip()} at {row['batch_size']}"
@@ -522,7 +310,6 @@ def format_plan(plan: MemoryPlan) -> str:
 
 TABLE_FILE = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "fits.json"
 TABLE_SIZES = ("ViT-B/16", "ViT-L/14")
-TABLE_METHODS = ("himo", "longclip", "onelip", "ditm", "flair", "fcast")
 TABLE_SETTINGS = {  # column label -> settings of the table's common setups: bf16 mixed over 8 GPUs
     "DDP x 8": dict(precision="bf16", processes=8),
     "DDP x 8 + ckpt": dict(precision="bf16", processes=8, gradient_checkpointing=True),
@@ -538,28 +325,29 @@ def card_needed(peak: float) -> float:
     return peak / GiB / (1 - FRAGMENTATION) + RESERVED_GIB
 
 
-def table_plans(sizes=TABLE_SIZES, methods=TABLE_METHODS, columns=TABLE_SETTINGS, progress=None) -> dict:
+def table_plans(sizes=TABLE_SIZES, methods=None, columns=TABLE_SETTINGS, progress=None) -> dict:
     """The table's figures: for each method, size and column, the largest batch per process on each of
     TABLE_CARDS and the card a batch of PAPER_BATCH per process needs (GB), tracing each distinct step once (the
-    ZeRO columns share one trace: 8 processes' gather, DeepSpeed's bf16). JSON-ready."""
+    ZeRO columns share one trace: 8 processes' gather, DeepSpeed's bf16); `methods`: default every method of the
+    registry where it is defined. JSON-ready."""
     rows = {}
     for size in sizes:
-        for method in methods:
-            if method == "fcast" and SIZES[size].cast is None:
+        for name in methods or method_names():
+            if method(name).unavailable(SIZES[size]):
                 continue
             traces = {}
             for label, options in columns.items():
-                settings = PlanSettings(size=size, method=method, **options)
+                settings = PlanSettings(size=size, method=name, **options)
                 key = (settings.gradient_checkpointing, settings.processes, settings.deepspeed)
                 if key not in traces:
-                    traces[key] = trace_step_memory(lambda s=settings: BUILDERS[s.method](s, SIZES[s.size]),
+                    traces[key] = trace_step_memory(lambda s=settings: step_workload(s),
                                                     settings.step_options(), settings.traced_batch_sizes)
                 plan = plan_memory(settings, TABLE_CARDS, traces[key])
-                rows.setdefault(f"{method} {size}", {})[label] = {
+                rows.setdefault(f"{name} {size}", {})[label] = {
                     "largest_batch": {str(gb): batch for gb, batch in plan.largest_batch.items()},
                     f"card_for_{PAPER_BATCH}_gb": round(card_needed(plan.peak_at[PAPER_BATCH]), 1)}
                 if progress:
-                    progress(f"{method} {size} {label}: {plan.largest_batch}, {PAPER_BATCH} per process needs "
+                    progress(f"{name} {size} {label}: {plan.largest_batch}, {PAPER_BATCH} per process needs "
                              f"{card_needed(plan.peak_at[PAPER_BATCH]):.1f} GB")
     return rows
 
@@ -634,9 +422,8 @@ def main(argv=None) -> None:
     print(fits_table())
 
 
-__all__ = ["GPU_MEMORY_GB", "METHODS", "SIZES", "MemoryPlan", "ModelSize", "PlanSettings", "assumptions",
-           "card_needed", "fits_table", "format_plan", "plan_memory", "table_plans", "update_docs", "usable_bytes",
-           "write_table"]
+__all__ = ["GPU_MEMORY_GB", "MemoryPlan", "PlanSettings", "assumptions", "card_needed", "fits_table", "format_plan",
+           "plan_memory", "step_workload", "table_plans", "update_docs", "usable_bytes", "write_table"]
 
 if __name__ == "__main__":
     main()

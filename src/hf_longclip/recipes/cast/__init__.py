@@ -3,8 +3,9 @@ segment-hierarchy figures and the Hub card information."""
 
 from hf_longclip.data.synthetic import CLASSNAMES, SHAPES
 from hf_longclip.recipes.cast.card import CARD
+from hf_longclip.recipes.cast.method import METHODS
 from hf_longclip.recipes.cast.plots import plot_segment_hierarchies
 from hf_longclip.recipes.cast.task import ClassificationTask, ImageClassificationCollator, accuracy
 
-__all__ = ["CARD", "CLASSNAMES", "SHAPES", "ClassificationTask", "ImageClassificationCollator", "accuracy",
+__all__ = ["CARD", "METHODS", "CLASSNAMES", "SHAPES", "ClassificationTask", "ImageClassificationCollator", "accuracy",
            "plot_segment_hierarchies"]

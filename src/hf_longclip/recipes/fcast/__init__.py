@@ -7,9 +7,10 @@ from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
 from hf_longclip.recipes.fcast.card import CARD
 from hf_longclip.recipes.fcast.diagnostics import sub_caption_similarity, term_readings
 from hf_longclip.recipes.fcast.evaluation import grounding_scores, sentence_attention
+from hf_longclip.recipes.fcast.method import METHODS
 from hf_longclip.recipes.fcast.plots import plot_attention_maps
 from hf_longclip.recipes.fcast.task import FCASTCollator, FCASTPretrainingTask, FCASTTask, start_from_base
 
-__all__ = ["CARD", "FCASTCollator", "FCASTPretrainingTask", "FCASTTask", "grounding_scores", "plot_attention_maps",
-           "scene_corpus", "sentence_attention", "start_from_base", "sub_caption_similarity", "term_readings",
-           "train_scene_tokenizer", "with_superpixels"]
+__all__ = ["CARD", "METHODS", "FCASTCollator", "FCASTPretrainingTask", "FCASTTask", "grounding_scores",
+           "plot_attention_maps", "scene_corpus", "sentence_attention", "start_from_base", "sub_caption_similarity",
+           "term_readings", "train_scene_tokenizer", "with_superpixels"]

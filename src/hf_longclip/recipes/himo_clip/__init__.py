@@ -3,6 +3,7 @@ evaluation of the miniature and the Hub card information. Long-CLIP's task, its 
 
 from hf_longclip.recipes.himo_clip.card import CARD
 from hf_longclip.recipes.himo_clip.evaluation import evaluate_long_captions
+from hf_longclip.recipes.himo_clip.method import METHODS
 from hf_longclip.recipes.himo_clip.task import RECIPES, HiMoCLIPTask
 
-__all__ = ["CARD", "RECIPES", "HiMoCLIPTask", "evaluate_long_captions"]
+__all__ = ["CARD", "METHODS", "RECIPES", "HiMoCLIPTask", "evaluate_long_captions"]
