@@ -89,7 +89,8 @@ import time
 import traceback
 import types
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,37 +124,27 @@ import transformers  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from transformers import CLIPConfig, CLIPModel, CLIPTextConfig, CLIPTextModel  # noqa: E402
 
-from hf_longclip import (  # noqa: E402
-    CASTForImageClassification,
-    CASTVisionConfig,
-    DITMConfig,
-    DITMModel,
-    FCASTConfig,
-    FCASTModel,
-    HiMoCLIPConfig,
-    HiMoCLIPModel,
-    OneLIPConfig,
-    OneLIPForPreTraining,
-)
 from hf_longclip.evaluation.scoring import PAIRS_PER_CHUNK, pooled_scores  # noqa: E402
 from hf_longclip.modeling_common.dual_encoder import end_of_text_positions  # noqa: E402
 from hf_longclip.models.fcast.convert_flair import FLAIR_POOL_HEADS  # noqa: E402
 from hf_longclip.models.fcast.pooling import AttentionPool  # noqa: E402
 from hf_longclip.models.onelip.configuration_onelip import OneLIPTextConfig  # noqa: E402
 from hf_longclip.models.onelip.modeling_onelip import OneLIPTextModel  # noqa: E402
-from hf_longclip.recipes.cast.task import ClassificationTask  # noqa: E402
-from hf_longclip.recipes.ditm.task import DITMTask  # noqa: E402
-from hf_longclip.recipes.fcast.task import FCASTTask  # noqa: E402
-from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask  # noqa: E402
-from hf_longclip.recipes.onelip.task import OneLIPTask  # noqa: E402
+from hf_longclip.recipes.registry import (  # noqa: E402
+    BOS,
+    LONG_LENGTH,
+    SHORT_LENGTH,
+    SIZES,
+    BuildOptions,
+    ModelSize,
+    PlaceholderInputs,
+    method,
+    method_names,
+)
 from hf_longclip.training.compile import compile_step  # noqa: E402
 from hf_longclip.training.provenance import cpu_name  # noqa: E402
 from hf_longclip.training.task import MAX_LOGIT_SCALE, Task  # noqa: E402
 
-BOS, EOS = 49406, 49407  # CLIP's start and end of text; its tokenizer pads with the end-of-text token
-LONG, SHORT = 248, 77  # Long-CLIP's text length, CLIP's
-SUB_CAPTIONS, CHUNKS = 8, 4  # F-CAST: K sub-captions of 77 tokens per image, the first N the long caption's chunks
-CAPTIONS_PER_IMAGE = 3  # DITM
 SYNC_EVENTS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "aten::item", "aten::_local_scalar_dense")
 STEP_LABEL = "gpu_suite_step"
 # dense bf16 tensor-core peaks; the first entry whose words all appear in the device name wins
@@ -167,33 +158,9 @@ CPU_NOMINAL_PEAK = 1e12
 PRIOR_SECONDS = {"eager": 30.0, "compile": 90.0}  # expected length of a configuration until one has been measured
 
 
-@dataclass(frozen=True)
-class Sizes:
-    """Tower sizes (CLIP's names), CAST's stages, the classifier's classes and PO-HNM's queue length M."""
-
-    vision_width: int
-    vision_layers: int
-    vision_heads: int
-    image_size: int
-    patch_size: int
-    text_width: int
-    text_layers: int
-    text_heads: int
-    projection_dim: int
-    vocab_size: int
-    cast_depths: tuple[int, ...]
-    cast_clusters: tuple[int, ...]
-    num_labels: int
-    hard_negatives: int
-
-    @property
-    def num_segments(self) -> int:
-        """CAST's superpixels: one per ViT patch (196 at 224 px / 16), CAST's token count."""
-        return (self.image_size // self.patch_size) ** 2
-
-
-VIT_B16 = Sizes(768, 12, 12, 224, 16, 512, 12, 8, 512, 49408, (3, 3, 3, 2), (64, 32, 16), 1000, 1024)
-TINY = Sizes(64, 2, 4, 64, 16, 64, 2, 4, 64, 49408, (1, 1), (8,), 10, 16)
+# --tiny or not: the registry's size, the classifier's classes, PO-HNM's M queued per sample and its bank's captions
+SUITE_SIZES = {False: ("ViT-B/16", dict(num_labels=1000, hard_negatives=1024, bank_captions=1_200_000)),
+               True: ("tiny", dict(num_labels=10, hard_negatives=16, bank_captions=1000))}
 
 
 def peak_bf16_flops(device_name: str) -> tuple[float | None, str]:
@@ -250,48 +217,54 @@ def deadline(seconds: float):
 
 
 class RandomData:
-    """Random inputs on the device, texts with the end-of-text token where every model pools them."""
+    """Random inputs on the device, with the methods of the registry's `PlaceholderInputs` (each method's
+    `example_batch` makes its batch from them)."""
 
-    def __init__(self, sizes: Sizes, device: torch.device):
-        self.sizes, self.device = sizes, device
+    def __init__(self, size: ModelSize, device: torch.device):
+        self.size, self.device = size, device
         self.generator = torch.Generator(device).manual_seed(0)
 
-    def texts(self, rows: int, length: int) -> torch.Tensor:
-        """(rows, length) ids: start token, random tokens, the end-of-text token at a random position in the second
-        half, then padding with it. Every model here has eos_token_id 49407 and pools at its first occurrence
-        (`end_of_text_positions`), which this checks."""
-        ids = torch.randint(0, BOS, (rows, length), device=self.device, generator=self.generator)
+    def texts(self, rows: int, length: int) -> dict:
+        """{"input_ids", "attention_mask"} of (rows, length), as a processor pads to the longest: start token, random
+        tokens, the end-of-text token at a random position in the second half, then padding with it (attended, as
+        the longest text's would be). Every model here pools at its first occurrence (`end_of_text_positions`),
+        which this checks."""
+        bos, eos = BOS % self.size.vocab_size, self.size.eos_token_id
+        ids = torch.randint(0, min(bos, eos), (rows, length), device=self.device, generator=self.generator)
         ends = torch.randint(length // 2, length, (rows, 1), device=self.device, generator=self.generator)
-        ids = torch.where(torch.arange(length, device=self.device) >= ends, EOS, ids)
-        ids[:, 0] = BOS
-        if not torch.equal(end_of_text_positions(ids, EOS), ends[:, 0]):
+        ids = torch.where(torch.arange(length, device=self.device) >= ends, eos, ids)
+        ids[:, 0] = bos
+        if not torch.equal(end_of_text_positions(ids, eos), ends[:, 0]):
             raise AssertionError("texts would not pool at their end-of-text token")
-        return ids
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
     def images(self, rows: int) -> torch.Tensor:
-        size = self.sizes.image_size
-        return torch.randn(rows, 3, size, size, device=self.device, generator=self.generator)
+        side = self.size.image_size
+        return torch.randn(rows, 3, side, side, device=self.device, generator=self.generator)
 
     def superpixels(self, rows: int) -> torch.Tensor:
         """(rows, H, W) CASTImageProcessor-style label maps: a fixed grid of patch-sized squares, ids 0..S-1."""
-        size, patch = self.sizes.image_size, self.sizes.patch_size
-        cells = torch.arange(size, device=self.device) // patch
-        grid = cells[:, None] * (size // patch) + cells[None]
-        return grid.expand(rows, -1, -1).contiguous()
+        return PlaceholderInputs(self.size, device=self.device).superpixels(rows)
+
+    def scores(self, rows: int) -> torch.Tensor:
+        return torch.rand(rows, device=self.device, generator=self.generator)
+
+    def labels(self, rows: int, classes: int) -> torch.Tensor:
+        return torch.randint(0, classes, (rows,), device=self.device, generator=self.generator)
 
     def unit_vectors(self, *shape: int) -> torch.Tensor:
         return F.normalize(torch.randn(*shape, device=self.device, generator=self.generator), dim=-1)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The configurations: every touch of the library's API is in these builders
+# The configurations: each method of the registry as its spec builds it, and transformers' CLIP as the baseline
 
 
 @dataclass
 class Workload:
     """One configuration's training step: `loss(model, batch)` gives the objective's named terms (the model passed
     is the trained one or its compiled wrapper), `make_batch(b)` a batch of b samples on the device, `after_step()`
-    the task's after-optimizer-step hook without host syncs."""
+    the task's after-optimizer-step hook (no host syncs: what it reports stays on the device)."""
 
     model: torch.nn.Module
     loss: Callable[[torch.nn.Module, dict], dict]
@@ -301,172 +274,57 @@ class Workload:
     task: Task | None = None  # the library's task: compiled as the loop compiles it (its `device_step`)
 
 
-def text_config(s: Sizes, positions: int, layers: int | None = None) -> dict:
-    return dict(hidden_size=s.text_width, intermediate_size=4 * s.text_width, num_attention_heads=s.text_heads,
-                num_hidden_layers=s.text_layers if layers is None else layers, vocab_size=s.vocab_size,
-                max_position_embeddings=positions, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=EOS)
+class OneProcess:
+    """What a task's after-step hook asks of an Accelerator, for one process without a wrapper."""
 
-
-def vision_config(s: Sizes) -> dict:
-    return dict(hidden_size=s.vision_width, intermediate_size=4 * s.vision_width, num_attention_heads=s.vision_heads,
-                num_hidden_layers=s.vision_layers, image_size=s.image_size, patch_size=s.patch_size)
-
-
-def cast_config(s: Sizes) -> dict:
-    return dict(hidden_size=s.vision_width, intermediate_size=4 * s.vision_width, num_attention_heads=s.vision_heads,
-                image_size=s.image_size, num_segments=s.num_segments, depths=list(s.cast_depths),
-                num_clusters=list(s.cast_clusters))
+    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model
 
 
 def clamp_logit_scale(model: torch.nn.Module) -> None:
-    """`hf_longclip.training.task.clamp_logit_scale` without the `.item()` of the value it logs."""
+    """`hf_longclip.training.task.clamp_logit_scale` for transformers' CLIPModel."""
     with torch.no_grad():
         model.logit_scale.clamp_(0, MAX_LOGIT_SCALE)
 
 
-def build_clip(s: Sizes, data: RandomData, length: int) -> Workload:
+def build_clip(size: ModelSize, options: BuildOptions, data: RandomData, length: int) -> Workload:
     """transformers' CLIPModel, its own symmetric InfoNCE; 248 tokens need a 248-row position table."""
-    model = CLIPModel(CLIPConfig(text_config=text_config(s, length), vision_config=vision_config(s),
-                                 projection_dim=s.projection_dim))
+    model = CLIPModel(CLIPConfig(text_config=size.text_config(length), vision_config=size.vision_config(),
+                                 projection_dim=size.projection_dim))
     return Workload(
         model, lambda m, batch: {"contrastive_loss": m(**batch, return_loss=True).loss},
-        lambda b: {"input_ids": data.texts(b, length), "pixel_values": data.images(b)},
+        lambda b: {**data.texts(b, length), "pixel_values": data.images(b)},
         lambda: clamp_logit_scale(model))
 
 
-def build_himo(s: Sizes, data: RandomData) -> Workload:
-    model = HiMoCLIPModel(HiMoCLIPConfig(text_config=text_config(s, LONG), vision_config=vision_config(s),
-                                         projection_dim=s.projection_dim))
-    task = HiMoCLIPTask(model, collate_fn=None)
-    return Workload(model, task.compute_loss,
-                    lambda b: {"input_ids": data.texts(b, LONG), "pixel_values": data.images(b)},
-                    lambda: clamp_logit_scale(model), task=task)
+def build_method(name: str, size: ModelSize, options: BuildOptions, data: RandomData) -> Workload:
+    """The method `name` of the registry: its model and task at `size` (`Method.build`), batches as its collator
+    makes them of random values (`Method.example_batch`), its task's after-step hook."""
+    spec = method(name)
+    model, task = spec.build(size, options)
+    note = "; ".join(spec.plan_notes(options))
+    return Workload(model, task.compute_loss, lambda b: spec.example_batch(size, b, data, options),
+                    lambda: task.after_optimizer_step(model, OneProcess()), note, task)
 
 
-class FixedHardNegatives:
-    """Stand-in for `hf_longclip.recipes.onelip.hard_negatives.HardNegativeQueues` (faiss and an on-disk bank): each
-    sample's queue holds M random unit embeddings (float16, as the bank stores them), every slot filled, made once
-    per batch size; `refresh` does nothing."""
-
-    def __init__(self, data: RandomData, queue_size: int, dim: int):
-        self.data, self.queue_size, self.dim, self.queues = data, queue_size, dim, None
-
-    def negatives(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.queues is None or self.queues[0].shape[0] != rows.shape[0]:
-            self.queues = None  # free the previous batch size's before allocating
-            embeds = self.data.unit_vectors(rows.shape[0], self.queue_size, self.dim).half()
-            self.queues = embeds, torch.ones(embeds.shape[:2], dtype=torch.bool, device=embeds.device)
-        return self.queues
-
-    def refresh(self, rows, image_embeds, text_embeds, negative_embeds, step) -> dict:
-        return {}
-
-
-def build_onelip(s: Sizes, data: RandomData, hard_negatives: bool = False) -> Workload:
-    """OneLIP's one-stage step (OneLIPTask): frozen 77-token CLIP text teacher, TRIM, the three terms of Eq. 10."""
-    model = OneLIPForPreTraining(OneLIPConfig(text_config=dict(text_config(s, LONG), base_length=SHORT),
-                                              vision_config=vision_config(s), projection_dim=s.projection_dim))
-    teacher = CLIPTextModel(CLIPTextConfig(**text_config(s, SHORT)))
-    queues = FixedHardNegatives(data, s.hard_negatives, s.projection_dim) if hard_negatives else None
-    task = OneLIPTask(model, collate_fn=None, teacher=teacher, hard_negatives=queues, trim_decomposition="auto")
-
-    def make_batch(b: int) -> dict:
-        batch = {"input_ids": data.texts(b, LONG), "pixel_values": data.images(b)}
-        if hard_negatives:
-            batch["sample_index"] = torch.arange(b, device=data.device)
-        return batch
-
-    def after_step() -> None:
-        task.step += 1
-        clamp_logit_scale(model)
-
-    note = ""
-    if hard_negatives:
-        note = (f"PO-HNM stand-in: {s.hard_negatives} random unit hard-negative embeddings per sample, full mask, "
-                "through OneLIPTask's path; the real queues' per-step cost (the batch's rows copied to the host, "
-                "their queues read from disk and gathered, Eq. 9's refresh with a faiss search when due) is not "
-                "measured")
-    return Workload(model, task.compute_loss, make_batch, after_step, note, task)
-
-
-def build_ditm(s: Sizes, data: RandomData) -> Workload:
-    """DITMTask with DITMLoss (adaptive triplet with hardest negatives + ordering); texts of 248 tokens."""
-    model = DITMModel(DITMConfig(text_config=text_config(s, LONG), vision_config=vision_config(s),
-                                 projection_dim=s.projection_dim))
-    task = DITMTask(model, collate_fn=None)
-
-    def make_batch(b: int) -> dict:
-        rows = torch.arange(b, device=data.device)
-        return {"input_ids": data.texts(b, LONG), "pixel_values": data.images(b), "text_image_index": rows,
-                "image_ids": rows // CAPTIONS_PER_IMAGE,
-                "descriptiveness": torch.rand(b, device=data.device, generator=data.generator)}
-
-    def after_step() -> None:
-        task.steps_done += 1
-
-    note = (f"{CAPTIONS_PER_IMAGE} captions per image id; every caption row carries its own image row "
-            "(text_image_index = identity), so the encoders do CLIP-248's work on the same batch and the ratio "
-            "isolates GPO + DITM's objective (MultiCaptionCollator encodes each image once, which is cheaper)")
-    return Workload(model, task.compute_loss, make_batch, after_step, note, task)
-
-
-def build_cast(s: Sizes, data: RandomData) -> Workload:
-    """CAST-B image classification (ClassificationTask): cross-entropy over `num_labels` classes."""
-    model = CASTForImageClassification(CASTVisionConfig(**cast_config(s), num_labels=s.num_labels))
-    task = ClassificationTask(model, collate_fn=None)
-    return Workload(model, task.compute_loss, lambda b: {
-        "pixel_values": data.images(b), "superpixels": data.superpixels(b),
-        "labels": torch.randint(0, s.num_labels, (b,), device=data.device, generator=data.generator)},
-        lambda: None, f"superpixels: a fixed grid of {s.num_segments} squares", task)
-
-
-def build_fcast(s: Sizes, data: RandomData, objective: str) -> Workload:
-    """F-CAST (objective "fcast": CAST-B, hierarchical text 2/3 + 1/3 of the layers over 4 chunks, two-level loss)
-    or FLAIR ("flair": ViT-B/16, CLIP's flat text encoder, FLAIR's loss), as examples/train_fcast.py builds them, at
-    the same widths; FCASTTask."""
-    if objective == "fcast":
-        stage1 = 2 * s.text_layers // 3
-        text = dict(text_config(s, SHORT, stage1), num_stage2_layers=s.text_layers - stage1, num_chunks=CHUNKS)
-        vision, backbone = cast_config(s), "cast"
-    else:
-        text = dict(text_config(s, SHORT), num_stage2_layers=0, num_chunks=1)
-        vision, backbone = vision_config(s), "vit"
-    model = FCASTModel(FCASTConfig(text_config=text, vision_config=vision, vision_backbone=backbone,
-                                   projection_dim=s.projection_dim, pool_heads=s.text_heads))
-    task = FCASTTask(model, collate_fn=None, objective=objective)
-    return Workload(model, task.compute_loss, lambda b: {
-        "input_ids": data.texts(b * SUB_CAPTIONS, SHORT).view(b, SUB_CAPTIONS, SHORT),
-        "pixel_values": data.images(b), "superpixels": data.superpixels(b)},
-        lambda: clamp_logit_scale(model), f"{SUB_CAPTIONS} sub-captions of {SHORT} tokens per image", task)
-
-
-def build_text_encoders(s: Sizes) -> dict[str, torch.nn.Module]:
+def build_text_encoders(size: ModelSize) -> dict[str, torch.nn.Module]:
     """OneLIP's RoPE text encoder and transformers' CLIPTextModel (a 248-row position table), same size."""
-    return {"onelip_text": OneLIPTextModel(OneLIPTextConfig(**text_config(s, LONG), base_length=SHORT)),
-            "clip_text": CLIPTextModel(CLIPTextConfig(**text_config(s, LONG)))}
+    return {"onelip_text": OneLIPTextModel(OneLIPTextConfig(**size.text_config(LONG_LENGTH), base_length=SHORT_LENGTH)),
+            "clip_text": CLIPTextModel(CLIPTextConfig(**size.text_config(LONG_LENGTH)))}
 
 
-TRAINING = {  # name -> builder; eager configurations run in this order, then text features
-    "clip77": lambda s, d: build_clip(s, d, SHORT),
-    "clip248": lambda s, d: build_clip(s, d, LONG),
-    "himo": build_himo,
-    "onelip": build_onelip,
-    "onelip_hnm": lambda s, d: build_onelip(s, d, hard_negatives=True),
-    "ditm": build_ditm,
-    "cast": build_cast,
-    "flair": lambda s, d: build_fcast(s, d, "flair"),
-    "fcast": lambda s, d: build_fcast(s, d, "fcast"),
+TRAINING = {  # name -> builder(size, options, data); eager configurations run in this order, then text features
+    "clip77": lambda size, options, data: build_clip(size, options, data, SHORT_LENGTH),
+    "clip248": lambda size, options, data: build_clip(size, options, data, LONG_LENGTH),
+    **{name: (lambda size, options, data, name=name: build_method(name, size, replace(options, hard_negatives=0),
+                                                                  data)) for name in method_names()},
+    "onelip_hnm": partial(build_method, "onelip"),  # OneLIP with PO-HNM's queued negatives (`BuildOptions`)
 }
 DESCRIPTIONS = {
     "clip77": "transformers CLIPModel, symmetric InfoNCE, 77 tokens",
     "clip248": "transformers CLIPModel, symmetric InfoNCE, 248 tokens",
-    "himo": "HiMo-CLIP, MoLo with HiDe, 248 tokens",
-    "onelip": "OneLIP, Eq. 10 with TRIM, frozen 77-token teacher, 248 tokens",
-    "onelip_hnm": "OneLIP with PO-HNM hard negatives (stand-in queues)",
-    "ditm": "DITM, adaptive triplet + ordering, 3 captions per image id, 248 tokens",
-    "cast": "CAST-B image classification",
-    "flair": "FLAIR: ViT-B/16, flat 12-block text encoder, FLAIR's loss, 8 x 77-token sub-captions",
-    "fcast": "F-CAST: CAST-B, text 8 + 4 blocks over 4 chunks, two-level loss, 8 x 77-token sub-captions",
+    **{name: method(name).summary for name in method_names()},
+    "onelip_hnm": "OneLIP with PO-HNM hard negatives (stand-in queues gathered from a bank on the device)",
     "text_features": "forward of OneLIPTextModel (RoPE) and of CLIPTextModel, 248 tokens, inference",
     "flair_scoring": "FLAIR's conditioned retrieval scoring: images x 1,024 texts, every pair pooled, inference",
 }
@@ -474,8 +332,8 @@ TEXT_FEATURES = "text_features"
 FLAIR_SCORING = "flair_scoring"
 SCORING_TEXTS = 1024  # texts every image of a batch is scored against, conditioned on each
 NAMES = (*TRAINING, TEXT_FEATURES, FLAIR_SCORING)
-COMPILE_ORDER = ("clip248", "himo", TEXT_FEATURES, "onelip", "ditm", "flair", "fcast", "cast", "clip77", "onelip_hnm",
-                 FLAIR_SCORING)
+FIRST_COMPILED = ("clip248", "himo", TEXT_FEATURES, "onelip", "ditm", "flair", "fcast")  # the rest follow, in order
+COMPILE_ORDER = (*FIRST_COMPILED, *(name for name in NAMES if name not in FIRST_COMPILED))
 RATIOS = (  # (label, numerator, denominator, target): per-sample step times of one mode
     ("HiMo / CLIP-248 step", "himo", "clip248", 1.05),
     ("OneLIP / CLIP-248 step", "onelip", "clip248", 1.3),
@@ -512,7 +370,9 @@ class Suite:
         self.args = args
         self.device = torch.device(args.device)
         self.cuda = self.device.type == "cuda"
-        self.sizes = TINY if args.tiny else VIT_B16
+        size_name, options = SUITE_SIZES[bool(args.tiny)]
+        self.sizes = SIZES[size_name]
+        self.options = BuildOptions(target="gpu" if self.cuda else "cpu", **options)
         self.data = RandomData(self.sizes, self.device)
         self.started = time.perf_counter()
         self.out = Path(args.out)
@@ -714,7 +574,7 @@ class Suite:
     def run_training(self, name: str, compiled: bool) -> dict:
         torch.manual_seed(0)
         with self.device:
-            workload = TRAINING[name](self.sizes, self.data)
+            workload = TRAINING[name](self.sizes, self.options, self.data)
         model = workload.model.train()
         loss_terms = self.compiled_loss(workload) if compiled else workload.loss
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True)
@@ -755,7 +615,8 @@ class Suite:
             with torch.inference_mode(), self.autocast():
                 module(input_ids=ids)
 
-        run = self.measure(TEXT_FEATURES, compiled, lambda batch_size: self.data.texts(batch_size, LONG),
+        run = self.measure(TEXT_FEATURES, compiled,
+                           lambda batch_size: self.data.texts(batch_size, LONG_LENGTH)["input_ids"],
                            lambda ids: {key: (lambda runner=runner: forward(runner, ids))
                                         for key, runner in runners.items()})
         entries = {}
@@ -883,6 +744,7 @@ class Suite:
                 "transformers": transformers.__version__, "python": platform.python_version(),
                 "peak_bf16_flops": self.peak_flops, "peak_source": self.peak_label,
                 "precision": "bf16 autocast (fp32 weights), fused AdamW", "sizes": asdict(self.sizes),
+                "build_options": asdict(self.options),
                 "stubbed_modules": STUBBED_MODULES,
                 "compile": {"backend": self.args.compile_backend, "mode": self.args.compile_mode},
                 "args": {key: value for key, value in vars(self.args).items() if key != "plan"},
