@@ -21,17 +21,13 @@ baseline's batch, and a compiled configuration at its eager one, so that compare
 
 Configurations (`--configs` takes names or ids such as `himo/compile`; `--modes eager,compile`):
     clip77, clip248   transformers' CLIPModel, symmetric InfoNCE (`return_loss=True`), texts of 77 / 248 tokens
-    himo              HiMoCLIPModel, MoLo with HiDe, 248 tokens
-    onelip            OneLIPForPreTraining, Eq. 10 with TRIM (trim_decomposition="auto"), teacher a frozen 77-token
-                      CLIPTextModel of the same size (forward included in the step and its FLOPs)
-    onelip_hnm        the same with PO-HNM's hard negatives: a stand-in for the queues feeds M = 1024 random unit
-                      embeddings per sample, every slot filled, through OneLIPTask's path (no faiss, no bank, no disk)
-    ditm              DITMModel, adaptive triplet + ordering, 3 captions per image id, 248 tokens; every caption
-                      row has its own image row, so the encoders do CLIP-248's work and the ratio isolates GPO and
-                      the objective (MultiCaptionCollator encodes an image once for its captions: cheaper)
-    cast              CASTForImageClassification (CAST-B, 196 grid superpixels, 1000 classes, cross-entropy)
-    fcast, flair      FCASTModel: F-CAST (CAST-B, text 8 + 4 blocks over 4 chunks, two-level loss) and FLAIR (ViT-B/16,
-                      flat 12-block text encoder, FLAIR's loss), 8 sub-captions of 77 tokens per image
+    <method>          every method of the registry (`hf_longclip.recipes.registry`: himo, longclip, onelip, ditm,
+                      cast, flair, fcast, ...), its model and task as its spec builds them at ViT-B/16
+                      (`Method.build`), batches as its collator makes them (`Method.example_batch`) of random
+                      values, texts with their attention masks; OneLIP's teacher, a frozen 77-token CLIPTextModel
+                      of the same size, is in the step and its FLOPs
+    onelip_hnm        OneLIP with PO-HNM's hard negatives: M = 1024 queued per sample, gathered from a bank of
+                      1.2M caption embeddings on the device (the registry's stand-in: no faiss, no disk)
     text_features     forward of OneLIP's RoPE text encoder (OneLIPTextModel) against transformers' CLIPTextModel,
                       248 tokens, bf16, inference mode: the throughput ratio
     flair_scoring     FLAIR's text-conditioned retrieval scoring (`hf_longclip.evaluation.scoring.pooled_scores`):
