@@ -66,6 +66,17 @@ def test_no_import_points_up(path):
     assert not upward, f"{path.relative_to(SRC)} ({own}) imports a layer above it: {upward}"
 
 
+@pytest.mark.parametrize("path", sorted((SRC / "metrics").rglob("*.py")), ids=lambda p: p.relative_to(SRC).as_posix())
+def test_metrics_hold_pure_functions_and_their_evaluate_modules(path):
+    """metrics/ imports nothing of the library but itself (install.py also the atomic file writer): the pure metric
+    functions, the tie rules they credit by, and the `evaluate` scripts over them; tasks, encoding and reports are
+    evaluation's."""
+    allowed = ("hf_longclip.metrics", "hf_longclip.fileio") if path.name == "install.py" else ("hf_longclip.metrics",)
+    wrong = [f"line {line}: {module}" for line, module in _imports(path)
+             if module.startswith("hf_longclip") and not module.startswith(allowed)]
+    assert not wrong, f"{path.relative_to(SRC)} imports beyond the metrics: {wrong}"
+
+
 MODEL_LAYER = sorted((SRC / "models").rglob("*.py")) + sorted((SRC / "modeling_common").rglob("*.py"))
 
 

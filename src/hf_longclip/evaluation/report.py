@@ -1,26 +1,32 @@
 """`hf-longclip eval`: a model evaluated on a benchmark, its report and plots written to a directory.
 
     hf-longclip eval --model PATH_OR_ID --dataset urban1k --data-dir data/Urban1k --output-dir eval/urban1k
+
+Every result speaks one vocabulary of metric names: the metric first, then the direction (``r1_i2t``, ``r5_t2i``,
+``ties_i2t``, ``num_queries_t2t``), in these reports, the evaluate modules, the example scripts' results and their
+tables (`hf_longclip.training.results.COLUMNS`). Names written before (``i2t_r1``, ``i2t_ties``,
+``t2t_num_queries``) are read by `upgrade_keys`, with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..data.caption_files import describe_truncation
 from ..data.eval_datasets import SYNTHETIC, check_data_dir, load_eval_benchmark
 from ..data.synthetic import CLASSNAMES
-from ..metrics.keys import upgrade_keys
+from ..metrics.ties import OFFICIAL, TIE_RULE_CHOICES, check_tie_rule
 from ..metrics.zero_shot import DEFAULT_TEMPLATES
 from ..plots import coverage, plot_prefix_similarity, plot_recalls
 from .encoding import reset_truncation_stats, truncation_stats
 from .loading import load_model
 from .scoring import DEFAULT_TOPK, check_scoring
 from .tasks import evaluate_dataset
-from .tie_rules import OFFICIAL, check_tie_rule_choice
 
 logger = logging.getLogger(__name__)
 
@@ -34,15 +40,15 @@ def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | N
     `trust_remote_code`: let a checkpoint that needs code of its own run it (`load_model`); `protocol`: the
     benchmark's file layout and reading (`hf_longclip.data.benchmarks.BENCHMARKS[name].protocols`); `scoring` and
     `topk`: the retrieval task's scoring mode (`hf_longclip.evaluation.scoring`); `tie_rule`: how the metrics
-    credit tied scores: ``"official"`` (default) each task as the benchmark protocol's own evaluation code
-    (`hf_longclip.evaluation.tie_rules`), or one rule of `hf_longclip.metrics.ties` for every task. All are
-    recorded in the report, the rule each task used under ``tie_rules``.
+    credit tied scores: ``"official"`` (default) each task as the benchmark protocol's own evaluation code, or one
+    rule for every task (`hf_longclip.metrics.ties`). All are recorded in the report, the rule each task used under
+    ``tie_rules``.
 
     The report also counts what did not reach the metrics as given: ``num_skipped_images`` and ``skipped_images``
     (the records whose image did not decode, by reason, the first ones named; `data.image_files`, whose policy
     `HF_LONGCLIP_BAD_SAMPLES=error` stops instead) and ``caption_truncation`` (the texts the processor cut to the
     model's length, and by how many tokens; also logged once)."""
-    check_tie_rule_choice(tie_rule)
+    check_tie_rule(tie_rule, TIE_RULE_CHOICES)
     protocol = check_data_dir(dataset_name, data_dir, protocol)  # before the model loads: fails at once
     model, processor = load_model(model_name_or_path, device, trust_remote_code)
     check_scoring(model, scoring, topk)  # before the benchmark loads
@@ -79,9 +85,46 @@ def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | N
     return report
 
 
+_LEGACY = re.compile(r"(i2t|t2i|t2t|i2i)_(r\d+|ties|num_queries|num_without_positive)")
+
+
+def current_key(key: str) -> str:
+    """The current name of a metric key: ``i2t_r1`` -> ``r1_i2t``, ``t2i_ties`` -> ``ties_t2i``; others unchanged."""
+    match = _LEGACY.fullmatch(key)
+    return f"{match[2]}_{match[1]}" if match else key
+
+
+def upgrade_keys(results, source: str = "results"):
+    """``results`` (nested dicts and lists, e.g. a loaded report) with every old metric key renamed by
+    `current_key`; one DeprecationWarning naming ``source`` and the old keys when there were any."""
+    renamed: list[str] = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            out = {}
+            for key, item in value.items():
+                new = current_key(key) if isinstance(key, str) else key
+                if new != key:
+                    renamed.append(key)
+                out[new] = walk(item)
+            return out
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        return value
+
+    upgraded = walk(results)
+    if renamed:
+        shown = ", ".join(sorted(set(renamed)))
+        now = ", ".join(sorted({current_key(key) for key in renamed}))
+        warnings.warn(f"{source} uses old metric names ({shown}); read as {now} (the metric first, then the "
+                      "direction): the old names will not be read in a future version", DeprecationWarning,
+                      stacklevel=2)
+    return upgraded
+
+
 def load_report(path: str | Path) -> dict:
     """A `report.json` written by `run_evaluation` (or a directory holding one), its metric names in the current
-    vocabulary (`hf_longclip.metrics.keys`: a report with the old names, e.g. ``i2t_r1``, is read with a
+    vocabulary (`upgrade_keys`: a report with the old names, e.g. ``i2t_r1``, is read with a
     DeprecationWarning). A report written before the tie rule was recorded counted ties as hits: its ``tie_rule``
     reads ``"optimistic"``."""
     path = Path(path)

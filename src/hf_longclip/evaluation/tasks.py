@@ -25,9 +25,7 @@ from tqdm.auto import tqdm
 from ..data.benchmarks import CXC_COLUMNS
 from ..data.synthetic import hard_negative_indices
 from ..data.text import segment_ends
-from ..metrics.cola import OFFICIAL_TIE_RULE as COLA_TIE_RULE
 from ..metrics.cola import cola_multi
-from ..metrics.hierarcaps import OFFICIAL_TIE_RULE as HIERARCAPS_TIE_RULE
 from ..metrics.hierarcaps import hierarcaps, text_pool
 from ..metrics.himo import himo_at_k
 from ..metrics.retrieval import (
@@ -38,7 +36,7 @@ from ..metrics.retrieval import (
     long_text_retrieval,
 )
 from ..metrics.ssi import ssi
-from ..metrics.ties import DEFAULT_TIE_RULE
+from ..metrics.ties import COLA_TIE_RULE, DEFAULT_TIE_RULE, HIERARCAPS_TIE_RULE, OFFICIAL, resolve_tie_rules
 from ..metrics.zero_shot import (
     class_embeddings,
     format_prompts,
@@ -46,7 +44,6 @@ from ..metrics.zero_shot import (
 )
 from .encoding import ImageColumn, encode_images, encode_texts, retrieval_texts
 from .scoring import DEFAULT_TOPK, check_scoring, conditioned_retrieval_task
-from .tie_rules import OFFICIAL, resolve_tie_rules
 
 
 def prefix_column(dataset) -> str:
@@ -358,10 +355,10 @@ def evaluate_dataset(
     "conditioned-topk" with `topk` (a model with text-conditioned pooling: FLAIR, F-CAST); the other tasks score
     globally. `tie_rule` says how each task credits tied scores (`hf_longclip.metrics.ties`): ``"official"``
     (default) as the evaluation code of the rows' benchmark (`benchmark`, read with `protocol`: a name of
-    `hf_longclip.data.benchmarks.BENCHMARKS` and of its protocols; `hf_longclip.evaluation.tie_rules`): HierarCaps'
-    and COLA's rules always, a retrieval protocol's where its code breaks ties by position, "fair" elsewhere; a rule
-    name ("fair", "optimistic", "pessimistic", "first", "last") for every task; or {task: rule}. Each task's
-    metrics record the rule they used under ``tie_rule``.
+    `hf_longclip.data.benchmarks.BENCHMARKS` and of its protocols; `official_tie_rules`): HierarCaps' and COLA's
+    rules always, a retrieval protocol's where its code breaks ties by position, "fair" elsewhere; a rule name
+    ("fair", "optimistic", "pessimistic", "first", "last") for every task; or {task: rule}. Each task's metrics
+    record the rule they used under ``tie_rule``.
     """
     check_scoring(model, scoring, topk)
     supported = available_tasks(dataset)

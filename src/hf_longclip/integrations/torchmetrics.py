@@ -35,11 +35,6 @@ import torch
 from transformers import CLIPModel, CLIPProcessor, PretrainedConfig
 
 
-def _tensor(features) -> torch.Tensor:
-    """The projected embeddings: transformers 5's `BaseModelOutputWithPooling.pooler_output`, or a tensor as is."""
-    return features if isinstance(features, torch.Tensor) else features.pooler_output
-
-
 class CLIPScoreFeatures(torch.nn.Module):
     """A transformers CLIP model as torchmetrics' CLIP Score calls it: `get_text_features(input_ids, attention_mask)`
     and `get_image_features(pixel_values)` return the projected embeddings as tensors; `config` is the model's (read
@@ -54,10 +49,10 @@ class CLIPScoreFeatures(torch.nn.Module):
         return self.model.config
 
     def get_text_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return _tensor(self.model.get_text_features(input_ids=input_ids, attention_mask=attention_mask))
+        return self.model.get_text_features(input_ids=input_ids, attention_mask=attention_mask).pooler_output
 
     def get_image_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        return _tensor(self.model.get_image_features(pixel_values=pixel_values))
+        return self.model.get_image_features(pixel_values=pixel_values).pooler_output
 
 
 def clip_score_model(clip_dir: str | Path) -> Callable[[], tuple[CLIPScoreFeatures, CLIPProcessor]]:

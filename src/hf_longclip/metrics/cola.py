@@ -6,14 +6,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .ties import pairwise_credit
+from .ties import COLA_TIE_RULE, pairwise_credit
 
 DIRECTIONS = ("text_to_image", "image_to_text", "group")
-OFFICIAL_TIE_RULE = "pessimistic"  # ColaMultiObjAcc's strict `>`: a tied comparison is wrong
 
 
 def cola_multi(scores, direction: str = "text_to_image",
-               tie_rule: str = OFFICIAL_TIE_RULE) -> dict[str, float | int | str]:
+               tie_rule: str = COLA_TIE_RULE) -> dict[str, float | int | str]:
     """Percent of image pairs matched correctly; ``scores[n][i][c]`` is the score of image i with caption c of pair n,
     shape (N, 2, 2); caption c describes image c and the two captions swap the objects' attributes.
 
@@ -25,11 +24,10 @@ def cola_multi(scores, direction: str = "text_to_image",
 
     Each comparison is a query with a gallery of two, breaking its own ties: a pair scores the product of its
     comparisons' credits (`hf_longclip.metrics.ties.pairwise_credit`). ``tie_rule="pessimistic"`` (default,
-    `OFFICIAL_TIE_RULE`: a tie is wrong, strict ``>``) is ``ColaMultiObjAcc`` exactly (scripts/eval.py, commit
-    1fa52fb); ``"fair"`` is the chance that every comparison comes out right when ties are broken at random (1/2 per
-    tie); ``"optimistic"`` counts ties as right; ``"first"`` / ``"last"`` give a tie to the candidate of lower /
-    higher index (image 0 or caption 0 first). Returns ``{"accuracy": percent, "num_samples": N, "tie_rule":
-    tie_rule}``.
+    `COLA_TIE_RULE`: a tie is wrong, strict ``>``) is ``ColaMultiObjAcc`` exactly (scripts/eval.py, commit 1fa52fb);
+    ``"fair"`` is the chance that every comparison comes out right when ties are broken at random (1/2 per tie);
+    ``"optimistic"`` counts ties as right; ``"first"`` / ``"last"`` give a tie to the candidate of lower / higher
+    index (image 0 or caption 0 first). Returns ``{"accuracy": percent, "num_samples": N, "tie_rule": tie_rule}``.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"unknown direction {direction!r}; expected one of {DIRECTIONS}")

@@ -21,7 +21,7 @@ args.device", which only moves tensors to ``args.device``; 8a28b2e before it), w
   ``d_corr_method="official"``, the default.
 
 Ties (`hf_longclip.metrics.ties`), ``tie_rule``: the code breaks both of its ties by position, so the default,
-``"first"`` (`OFFICIAL_TIE_RULE`), gives ``HCEvaluator.run``'s numbers: a tie in retrieval (distinct texts with the
+``"first"`` (`HIERARCAPS_TIE_RULE`), gives ``HCEvaluator.run``'s numbers: a tie in retrieval (distinct texts with the
 same embedding, e.g. captions that differ only past a text encoder's token limit) retrieves the first of them in
 pool order, as ``argmax``; a tied pair of radii counts as in order (+1), as the stable argsort. ``"fair"`` is the
 expectation under random tie-breaking: a group of texts with one embedding counts as one retrieved text, any of its
@@ -46,10 +46,9 @@ import numpy as np
 import torch
 
 from .retrieval import as_embeddings, as_index
-from .ties import INDEX_RULES, check_tie_rule, tied_pair_sign
+from .ties import HIERARCAPS_TIE_RULE, INDEX_RULES, check_tie_rule, tied_pair_sign
 
 NUM_LEVELS = 4
-OFFICIAL_TIE_RULE = "first"  # HCEvaluator's: argmax takes the first tied text, argsort keeps tied radii in order
 
 
 def kendall_tau_b(x, y) -> float:
@@ -126,7 +125,7 @@ def hierarcaps(
     chain_to_image=None,
     num_thresholds: int = 50,
     d_corr_method: str = "official",
-    tie_rule: str = OFFICIAL_TIE_RULE,
+    tie_rule: str = HIERARCAPS_TIE_RULE,
 ) -> dict[str, float | int | str]:
     """HierarCaps metrics: hierarchical retrieval precision / recall and the d_corr order correlations.
 
@@ -143,7 +142,7 @@ def hierarcaps(
       order under the default) or ``"tau_b"`` (Kendall's tau-b: a tie counts as neither in nor out of order).
       Equal when no two values of a chain tie.
     - ``tie_rule``: how tied similarities (retrieval) and tied values (``"official"`` d_corr) are credited:
-      ``"first"`` (default, `OFFICIAL_TIE_RULE`: as ``HCEvaluator.run``, which breaks both by position), ``"fair"``
+      ``"first"`` (default, `HIERARCAPS_TIE_RULE`: as ``HCEvaluator.run``, which breaks both by position), ``"fair"``
       (the expectation under random tie-breaking), ``"optimistic"``, ``"pessimistic"`` or ``"last"`` (see the
       module's docstring).
 

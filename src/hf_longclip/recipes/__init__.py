@@ -4,12 +4,14 @@ miniature evaluation protocol, plots and card information), over the one Acceler
 This module is the harness's public API for the example scripts: the loop's arguments and the recipe every script
 follows (`start_run`, `train_variants`, `run_over_seeds`, `publish`), and the pieces several scripts share: the cached
 base CLIP (`base_clip`), Long-CLIP's fine-tuning (`longclip`) and the recall-by-caption-length protocol
-(`text_lengths`). A model's own pieces are imported from its folder, e.g. `hf_longclip.recipes.himo_clip`.
+(`hf_longclip.evaluation.long_captions`). A model's own pieces are imported from its folder, e.g.
+`hf_longclip.recipes.himo_clip`.
 
 Above the model layer: it may import `hf_longclip.models`, never the other way round."""
 
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
+from hf_longclip.evaluation.long_captions import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.plots import coverage, plot_prefix_similarity
 from hf_longclip.recipes.base_clip import (
     SHORT_BASE_LENGTH,
@@ -19,7 +21,6 @@ from hf_longclip.recipes.base_clip import (
     short_caption_base,
 )
 from hf_longclip.recipes.longclip import FirstSentenceCollator, KeptPositionsTask, LongCLIPTask
-from hf_longclip.recipes.text_lengths import evaluate_text_lengths, late_difference_pairs
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import whole_model_init
 from hf_longclip.training.provenance import provenance

@@ -9,11 +9,11 @@ import torch.nn.functional as F
 from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_onelip_processor
 from helpers.onelip import run_objective
 from hf_longclip import OneLIPForPreTraining
+from hf_longclip.evaluation.long_captions import late_difference_pairs
 from hf_longclip.metrics.retrieval import pair_recall_at_1, recall_at_1_by_text
 from hf_longclip.models.onelip.modeling_onelip import TRIMRefine
 from hf_longclip.objectives.onelip import OneLIPLoss, pooled_distillation_loss, trim_scores
 from hf_longclip.recipes.onelip.task import OneLIPTask
-from hf_longclip.recipes.text_lengths import late_difference_pairs
 
 
 def test_trim_importance_equals_the_svd_formula_of_eq_4():

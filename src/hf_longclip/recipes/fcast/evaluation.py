@@ -5,7 +5,8 @@ synthetic scenes): the pointing game and the attention mass inside the box, from
     grounding_scores(model, processor, test)   # {"pointing_game", "box_mass", "uniform_box_mass", "map_difference",
                                                #  "box_map_difference", "num_sentences"}
 
-Retrieval with long captions and late-differing pairs is the protocol train_fcast.py shares with train_onelip.py.
+Retrieval with long captions and late-differing pairs is the protocol train_fcast.py shares with train_onelip.py
+(`hf_longclip.evaluation.long_captions`).
 Library-side only: the remote code of the model (configuration_, modeling_, processing_fcast.py) never imports it.
 """
 

@@ -9,8 +9,8 @@ Library-side only: the remote code of the model (configuration_, modeling_, proc
 from __future__ import annotations
 
 from hf_longclip.evaluation.encoding import ImageColumn, cached_text_encoder, encode_images
+from hf_longclip.evaluation.long_captions import recall_at_1_both_ways
 from hf_longclip.evaluation.tasks import himo_task, ssi_task
-from hf_longclip.metrics.retrieval import recall_at_k
 from hf_longclip.metrics.ties import DEFAULT_TIE_RULE
 from hf_longclip.objectives.himo_clip import kept_components
 
@@ -27,9 +27,8 @@ def evaluate_long_captions(model, processor, dataset, batch_size: int = 128, pro
     encode = cached_text_encoder(model, processor, batch_size, progress)  # SSI rescores HiMo@K's prefixes
     image_embeds = encode_images(model, processor, ImageColumn(dataset), batch_size, progress)
     caption_embeds = encode(dataset["caption"])
-    similarity = image_embeds @ caption_embeds.T
     himo = himo_task(dataset.select_columns(["sentences"]), encode, image_embeds, tie_rule)
-    results = {"r1_i2t": recall_at_k(similarity, 1, tie_rule), "r1_t2i": recall_at_k(similarity.T, 1, tie_rule),
+    results = {**recall_at_1_both_ways(image_embeds, caption_embeds, tie_rule),
                **{key: himo[key] for key in ("himo@2", "himo@3", "himo@k", "mean_similarity_by_prefix",
                                              "num_images", "num_prefixes", "tie_rule")}}
     if "distractor" in dataset.column_names:

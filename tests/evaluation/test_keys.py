@@ -8,9 +8,8 @@ import pytest
 
 from hf_longclip.cli import build_parser
 from hf_longclip.evaluation import load_report
-from hf_longclip.evaluation.tie_rules import TIE_RULE_CHOICES
-from hf_longclip.metrics.keys import current_key, upgrade_keys
-from hf_longclip.metrics.ties import TIE_RULES
+from hf_longclip.evaluation.report import current_key, upgrade_keys
+from hf_longclip.metrics.ties import TIE_RULE_CHOICES, TIE_RULES
 from hf_longclip.training.results import COLUMNS
 
 
@@ -52,7 +51,7 @@ def test_current_report_is_read_silently(tmp_path):
 
 
 def test_eval_command_offers_every_tie_rule_official_by_default():
-    # "official": each benchmark protocol's own evaluation code's rule (hf_longclip.evaluation.tie_rules)
+    # "official": each benchmark protocol's own evaluation code's rule (hf_longclip.metrics.ties)
     args = build_parser().parse_args(["eval", "--model", "m", "--dataset", "synthetic"])
     assert args.tie_rule == "official"
     action = next(action for action in build_parser()._subparsers._group_actions[0].choices["eval"]._actions

@@ -1,10 +1,12 @@
-"""OneLIP's evaluation protocol in miniature (Table 1 / Table 4, Fig. 3): R@1 with long captions, with their first
-sentence alone, and within hard-negative pairs whose captions differ only after the token limit.
+"""The long-caption evaluation that several models' miniature protocols share, on rows with `caption` and
+`sentences` (the synthetic scenes): R@1 both ways with one long caption per image (HiMo-CLIP's, OneLIP's and
+F-CAST's tables), and OneLIP's recall by caption length (Table 1 / Table 4, Fig. 3; F-CAST's script runs it too):
+R@1 with the long captions, with their first sentence alone, and within hard-negative pairs whose captions differ
+only after the token limit.
 
+    recall_at_1_both_ways(image_embeds, caption_embeds)   # {"r1_i2t", "r1_t2i"}
     pairs = late_difference_pairs(test, tokenizer, 77)
     evaluate_text_lengths(model, processor, test, pairs)   # {"r1_i2t", "short_r1_i2t", "hard_r1_i2t", ...}
-
-Library-side only: the remote code of the model (configuration_, modeling_, processing_onelip.py) never imports it.
 """
 
 from __future__ import annotations
@@ -13,10 +15,18 @@ from collections.abc import Sequence
 
 import torch
 
-from hf_longclip.data.synthetic import hard_negative_indices
-from hf_longclip.evaluation.encoding import ImageColumn, encode_images, encode_texts
-from hf_longclip.metrics.retrieval import pair_recall_at_1, recall_at_1_by_text, recall_at_k
-from hf_longclip.metrics.ties import DEFAULT_TIE_RULE
+from ..data.synthetic import hard_negative_indices
+from ..metrics.retrieval import pair_recall_at_1, recall_at_1_by_text, recall_at_k
+from ..metrics.ties import DEFAULT_TIE_RULE
+from .encoding import ImageColumn, encode_images, encode_texts
+
+
+def recall_at_1_both_ways(image_embeds: torch.Tensor, caption_embeds: torch.Tensor,
+                          tie_rule: str = DEFAULT_TIE_RULE) -> dict[str, float]:
+    """R@1 image-to-text (`r1_i2t`) and text-to-image (`r1_t2i`) of images and their captions, one each, in the same
+    order; ties credited by `tie_rule` (`hf_longclip.metrics.ties`)."""
+    similarity = image_embeds @ caption_embeds.T
+    return {"r1_i2t": recall_at_k(similarity, 1, tie_rule), "r1_t2i": recall_at_k(similarity.T, 1, tie_rule)}
 
 
 def late_difference_pairs(dataset, tokenizer, length: int = 77) -> list[tuple[int, int]]:
@@ -39,14 +49,12 @@ def evaluate_text_lengths(model, processor, dataset, hard_pairs: Sequence[tuple[
     model.eval()
     image_embeds = encode_images(model, processor, ImageColumn(dataset), batch_size, progress)
     long_embeds = encode_texts(model, processor, dataset["caption"], batch_size, progress)
-    similarity = image_embeds @ long_embeds.T
     first = [sentences[0] for sentences in dataset["sentences"]]
     distinct = sorted(set(first))
     owners = torch.tensor([distinct.index(text) for text in first])
     short_i2t, short_t2i = recall_at_1_by_text(image_embeds, encode_texts(model, processor, distinct, batch_size),
                                                owners, tie_rule)
     hard_i2t, hard_t2i = pair_recall_at_1(image_embeds, long_embeds, hard_pairs, tie_rule)
-    return {"r1_i2t": recall_at_k(similarity, 1, tie_rule), "r1_t2i": recall_at_k(similarity.T, 1, tie_rule),
-            "short_r1_i2t": short_i2t, "short_r1_t2i": short_t2i, "hard_r1_i2t": hard_i2t, "hard_r1_t2i": hard_t2i,
-            "num_images": len(dataset), "num_short_texts": len(distinct), "num_hard_pairs": len(hard_pairs),
-            "tie_rule": tie_rule}
+    return {**recall_at_1_both_ways(image_embeds, long_embeds, tie_rule), "short_r1_i2t": short_i2t,
+            "short_r1_t2i": short_t2i, "hard_r1_i2t": hard_i2t, "hard_r1_t2i": hard_t2i, "num_images": len(dataset),
+            "num_short_texts": len(distinct), "num_hard_pairs": len(hard_pairs), "tie_rule": tie_rule}
