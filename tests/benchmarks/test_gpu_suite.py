@@ -62,6 +62,13 @@ def test_batch_search_passes_other_errors_on_and_gives_up_below_one():
         gpu_suite.largest_fitting_batch(never_fits, 4, lambda: None)
 
 
+def test_the_suite_times_every_method_of_the_registry():
+    from hf_longclip.recipes.registry import method, method_names
+
+    assert set(method_names()) <= set(gpu_suite.NAMES) and set(gpu_suite.NAMES) == set(gpu_suite.COMPILE_ORDER)
+    assert all(gpu_suite.DESCRIPTIONS[name] == method(name).summary for name in method_names())
+
+
 def test_plan_runs_eager_first_then_compiled_in_priority_order():
     args = gpu_suite.parse_args(["--configs", "fcast,himo/compile,clip248", "--tiny"])
     assert args.plan == ["clip248/eager", "fcast/eager", "clip248/compile", "himo/compile", "fcast/compile"]
