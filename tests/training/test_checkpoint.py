@@ -183,6 +183,49 @@ def test_rotation_never_deletes_the_checkpoint_being_written_nor_the_latest_vali
     del model
 
 
+class FailingState:
+    """An object registered for checkpointing whose state cannot be written (a full disk): a save that fails after
+    the model's and the optimizer's files are written."""
+
+    def state_dict(self):
+        raise OSError(28, "No space left on device")
+
+    def load_state_dict(self, state):
+        pass
+
+
+def test_accelerates_own_rotation_loses_the_last_whole_checkpoint_to_a_failed_save(tmp_path):
+    """Why `rotate_checkpoints` and not `ProjectConfiguration(automatic_checkpoint_naming=True, total_limit=...)`:
+    accelerate deletes the oldest checkpoint before it saves, and saves in place, so a save that fails leaves a
+    half-written checkpoint and, with `total_limit=1`, no whole one; ours keeps the previous one, whole and `latest`."""
+    accelerator = Accelerator(cpu=True, project_config=ProjectConfiguration(
+        project_dir=str(tmp_path / "accelerate"), automatic_checkpoint_naming=True, total_limit=1))
+    model = torch.nn.Linear(2, 2)
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
+    checkpoints = tmp_path / "accelerate" / "checkpoints"
+    accelerator.save_state()
+    whole = {p.name for p in (checkpoints / "checkpoint_0").iterdir()}
+    assert {"model.safetensors", "optimizer.bin", "random_states_0.pkl"} <= whole
+    accelerator.register_for_checkpointing(FailingState())
+    with pytest.raises(OSError, match="No space left"):
+        accelerator.save_state()
+    assert [p.name for p in checkpoints.iterdir()] == ["checkpoint_1"]  # checkpoint_0 was deleted before the save
+    assert {p.name for p in (checkpoints / "checkpoint_1").iterdir()} == whole  # half: no custom_checkpoint_0.pkl
+    with pytest.raises(RuntimeError, match="Found checkpoints: 0"):  # it cannot be resumed from
+        accelerator.load_state(str(checkpoints / "checkpoint_1"))
+
+
+    ours = Accelerator(cpu=True)
+    model, optimizer = ours.prepare(model, optimizer)
+    save_checkpoint(ours, tmp_path / "ours", 1, {"epoch": 0}, process_state={}, save_total_limit=1)
+    ours.register_for_checkpointing(FailingState())
+    with pytest.raises(OSError, match="could not write .*step_00000002 .*No space left.*nothing was replaced"):
+        save_checkpoint(ours, tmp_path / "ours", 2, {"epoch": 0}, process_state={}, save_total_limit=1)
+    assert [p.name for p in (tmp_path / "ours").iterdir()] == ["step_00000001"]
+    assert resolve_resume(tmp_path / "ours", "latest") == tmp_path / "ours" / "step_00000001"
+    assert checkpoint_problem(tmp_path / "ours" / "step_00000001") is None
+
+
 def test_interrupted_write_leaves_the_previous_directory_whole(tmp_path):
     target = tmp_path / "model"
     write_atomic_directory(target, lambda d: (d / "weights").write_text("old"))

@@ -246,11 +246,12 @@ def rotate_checkpoints(run_dir: Path, written: Path, total_limit: int) -> list[P
     """Delete the oldest checkpoints of `run_dir` (lowest step first) until at most `total_limit` remain, counting
     `written`, the one just saved; returns those deleted (none with `total_limit` 0).
 
-    It keeps what accelerate's `ProjectConfiguration(total_limit=...)` keeps, whose rotation itself does not fit here
-    (it needs `automatic_checkpoint_naming`'s `checkpoints/checkpoint_<i>` layout, not atomic directories); unlike it,
-    it runs once `written` is complete, not before the save starts, so a run killed while saving still has its latest
-    valid checkpoint, and it never deletes `written`, even behind checkpoints of later steps (a run resumed from an
-    earlier checkpoint)."""
+    It keeps what accelerate's `ProjectConfiguration(automatic_checkpoint_naming=True, total_limit=...)` keeps, whose
+    naming and rotation do not fit here: they number saves in one `<project_dir>/checkpoints/` (not steps, per run),
+    delete the oldest before saving and save in place, so a save that fails or is killed leaves a half-written
+    checkpoint and, with `total_limit=1`, no whole one (tests/training/test_checkpoint.py shows it). This runs once
+    `written` is complete, and never deletes it, even behind checkpoints of later steps (a run resumed from an earlier
+    checkpoint)."""
     if total_limit <= 0:
         return []
     others = [path for path in list_checkpoints(run_dir) if path.name != Path(written).name]
