@@ -1,6 +1,7 @@
 """Crash-safe checkpoints (hf_longclip.training.checkpoint): atomic directories, rotation, and partial or corrupt
 checkpoints detected and skipped, never loaded."""
 
+import hashlib
 import json
 import logging
 import signal
@@ -14,7 +15,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration
 
-from hf_longclip.fileio import sha256_file
+from hf_longclip.fileio import xxh3_128
 from hf_longclip.training.checkpoint import (
     STATE_FILE,
     HashWhileWriting,
@@ -90,16 +91,15 @@ def test_latest_skips_a_damaged_checkpoint_with_a_message(saved, damage, file, r
         resolve_resume(saved, str(newest))
 
 
-def test_a_checkpoint_with_a_sha256_manifest_is_still_checked(saved):
-    """Checkpoints written before the manifest's hash became XXH3-128 hold SHA-256 hashes: still verified."""
+def test_a_manifest_without_xxh3_hashes_is_refused_naming_the_file(saved):
+    """Every file's hash is XXH3-128 (`fileio.xxh3_128`): a manifest holding another (a SHA-256) is refused."""
     newest = list_checkpoints(saved)[-1]
     state = json.loads((newest / STATE_FILE).read_text())
-    state["manifest"] = {name: {"size": entry["size"], "sha256": sha256_file(newest / name)}
-                         for name, entry in state["manifest"].items()}
+    assert all(entry["xxh3_128"] == xxh3_128(newest / name) for name, entry in state["manifest"].items())
+    state["manifest"] = {name: {"size": entry["size"], "sha256": hashlib.sha256((newest / name).read_bytes())
+                                .hexdigest()} for name, entry in state["manifest"].items()}
     (newest / STATE_FILE).write_text(json.dumps(state))
-    assert checkpoint_problem(newest) is None
-    flip_byte(newest / "optimizer.bin", 100)
-    assert checkpoint_problem(newest) == "optimizer.bin does not match its hash (sha256): the file was altered"
+    assert checkpoint_problem(newest) == f"the manifest holds no xxh3_128 hash of {next(iter(state['manifest']))}"
 
 
 def test_files_hashed_while_written_get_the_hashes_of_their_bytes(tmp_path):
