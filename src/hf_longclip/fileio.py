@@ -1,14 +1,19 @@
-"""Atomic file writes (readers, and a run killed mid-write, never see a partial file), file checksums, and damaged
-weight files named."""
+"""Atomic file writes (readers, and a run killed mid-write, never see a partial file), the file hash of the
+integrity manifests (XXH3-128), and damaged weight files named."""
 
 import contextlib
-import hashlib
 import os
 import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
+import xxhash  # a requirement of datasets, which the library requires (xxh3_128: xxhash 2.0 and later)
 from safetensors import SafetensorError, safe_open
+
+# The hash of every file in the manifests of checkpoints and shards, by its name there (`xxh3_128`): XXH3-128
+# hashes at memory speed (about 12 GB/s on one core, against 1 GB/s for SHA-256). It detects damage (a truncated file,
+# flipped bits), not tampering: a manifest lies beside the files it hashes.
+HASH = "xxh3_128"
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
@@ -27,18 +32,17 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
     return path
 
 
-def sha256_stream(handle: BinaryIO) -> str:
-    """Hex SHA-256 of what is left to read from a binary file object, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    for block in iter(lambda: handle.read(1 << 20), b""):
-        digest.update(block)
+def xxh3_128(file: str | os.PathLike | BinaryIO, block: int = 1 << 20) -> str:
+    """Hex XXH3-128 of a file's bytes (`file` a path), or of what is left to read from a binary file object, read in
+    `block`-byte pieces into one buffer."""
+    if isinstance(file, (str, os.PathLike)):
+        with Path(file).open("rb", buffering=0) as handle:
+            return xxh3_128(handle, block)
+    digest, buffer = xxhash.xxh3_128(), bytearray(block)
+    view = memoryview(buffer)
+    while read := file.readinto(buffer):
+        digest.update(view[:read])
     return digest.hexdigest()
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    with Path(path).open("rb") as handle:
-        return sha256_stream(handle)
 
 
 def _safetensors_problem(path: Path) -> str | None:

@@ -139,16 +139,16 @@ def test_a_damaged_shard_is_refused_at_start_up_naming_it(verified_shards, damag
         verify_shards(verified_shards)
 
 
-def test_sha256_on_request_catches_a_shard_replaced_by_one_of_the_same_size(verified_shards):
+def test_the_hash_on_request_catches_a_shard_replaced_by_one_of_the_same_size(verified_shards):
     first, second = verified_shards[0], verified_shards[1]
     swapped = open(second, "rb").read()
     assert len(swapped) == len(open(first, "rb").read())
     open(first, "wb").write(swapped)  # another shard's bytes: the size matches the manifest
     assert verify_shards(verified_shards) == [2, 2, 2]
-    with pytest.raises(ShardError, match=rf"{first}: SHA-256 [0-9a-f]{{64}}, its manifest lists"):
-        verify_shards(verified_shards, checksum="sha256")
+    with pytest.raises(ShardError, match=rf"{first}: xxh3_128 [0-9a-f]{{32}}, its manifest lists"):
+        verify_shards(verified_shards, checksum="xxh3_128")
     with pytest.raises(ValueError, match="checksum must be one of"):
-        verify_shards(verified_shards, checksum="md5")
+        verify_shards(verified_shards, checksum="sha256")
 
 
 def test_a_shard_damaged_after_start_up_is_named_when_read(verified_shards):

@@ -27,6 +27,7 @@ from hf_longclip.data.shards import (
     write_shards,
 )
 from hf_longclip.data.synthetic import load_synthetic_scenes
+from hf_longclip.fileio import xxh3_128
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,7 @@ def test_write_shards_lists_every_shard_with_counts_and_checksums(scenes, shards
     assert manifest["num_samples"] == 48 and [s["name"] for s in manifest["shards"]] == [
         f"{i:05d}.tar" for i in range(6)]
     assert all(entry["samples"] == 8 for entry in manifest["shards"])
+    assert all(entry["xxh3_128"] == xxh3_128(shards / entry["name"]) for entry in manifest["shards"])
     with tarfile.open(shards / "00002.tar") as tar:
         names = tar.getnames()
         assert names[:2] == ["00002_000000.png", "00002_000000.json"] and len(names) == 16
@@ -178,7 +180,7 @@ TINY = ["--variants", "himo-clip", "--num_train", "64", "--num_test", "16", "--h
 def test_killed_run_on_shards_resumes_to_the_weights_of_an_uninterrupted_run(engine, processes, shards, tmp_path):
     def command(output_dir):
         return accelerate_launch("train_himo.py", output_dir, [*engine, "--num_processes", str(processes)], *TINY,
-                                 "--train_shards", str(shards / "{00000..00005}.tar"), "--verify_shards", "sha256",
+                                 "--train_shards", str(shards / "{00000..00005}.tar"), "--verify_shards", "xxh3_128",
                                  "--per_device_train_batch_size", str(8 // processes))
 
     env = script_env(tmp_path / "datasets")

@@ -239,7 +239,7 @@ def test_card_names_the_base_model_and_datasets(checkpoint):
 def test_transient_errors_are_retried(hub, worker, checkpoint):
     repo = "org/flaky"
     hub.fail("create", 503, times=2, repo=repo)  # huggingface_hub sends create_repo once: our retry loop
-    hub.fail("validate-yaml", 502, times=1)  # inside upload_folder, also sent once: the upload is retried
+    hub.fail("validate-yaml", 502, times=1)  # inside create_commit, also sent once: the commit is retried
     result = worker.push(checkpoint["path"], repo, checkpoint["card"])
     assert "url" in result, result
     assert hub.calls("create", repo) == 3
@@ -253,6 +253,25 @@ def test_transient_errors_give_up_after_max_retries(hub, worker, checkpoint):
     assert result["status"] == 503, result
     assert hub.calls("create", repo) == 3  # 1 + 2 retries
     assert repo not in hub.repos
+
+
+def test_huggingface_hub_retries_single_requests_but_sends_create_repo_and_the_commit_once(hub, worker, checkpoint):
+    """Why `push_to_hub` retries whole calls (`_with_retries`): huggingface_hub retries some requests itself
+    (`http_backoff`: the preupload, LFS transfers), but sends create_repo and the commit once (a retried commit whose
+    answer was lost would commit twice), so without our retries (`max_retries=0`) one 503 there fails the push;
+    a whole create_commit re-run commits the files once."""
+    hub.fail("preupload", 503, times=1, repo="org/hub-retries-preupload")
+    result = worker.push(checkpoint["path"], "org/hub-retries-preupload", checkpoint["card"], max_retries=0)
+    assert "url" in result, result
+    assert hub.calls("preupload", "org/hub-retries-preupload") == 2  # huggingface_hub's own retry
+    for endpoint in ("create", "commit"):
+        repo = f"org/hub-retries-{endpoint}"
+        hub.fail(endpoint, 503, times=1, repo=repo)
+        result = worker.push(checkpoint["path"], repo, checkpoint["card"], max_retries=0)
+        assert result["status"] == 503 and hub.calls(endpoint, repo) == 1, result
+        hub.fail(endpoint, 503, times=1, repo=repo)
+        assert "url" in worker.push(checkpoint["path"], repo, checkpoint["card"])  # ours: retried
+        assert hub.calls(endpoint, repo) == 3
 
 
 @pytest.mark.parametrize("endpoint, status, token", [

@@ -3,14 +3,14 @@
     write_shards(dataset, "shards/", shard_size=1000, num_workers=8)      # `hf-longclip shard` does this
     stream = ShardStream(expand_shards("shards/{00000..00127}.tar"), rank, world_size, seed=0, buffer_size=1000)
 
-A shard is a POSIX tar of samples in WebDataset's convention: `<key>.<ext>` (the image: the source file's own
-bytes, `ext` its format's usual extension, so one shard may mix PNG, JPEG, GIF, ...) and `<key>.json` (every other
-field of the row in our sample schema: `caption`, `sentences`, `captions`, ...). `manifest.json` beside the shards
-lists each shard's name, sample count, size and SHA-256; writing is parallel (one process per shard), atomic per
-shard, and a re-run skips shards that match it.
+A shard is a POSIX tar of samples in WebDataset's convention: `<key>.<ext>` (the image: the source file's own bytes,
+`ext` its format's usual extension, so one shard may mix PNG, JPEG, GIF, ...) and `<key>.json` (every other field of
+the row in our sample schema: `caption`, `sentences`, `captions`, ...). `manifest.json` beside the shards lists each
+shard's name, sample count, size and XXH3-128 hash (`fileio.xxh3_128`); writing is parallel (one process per shard),
+atomic per shard, and a re-run skips shards that match it.
 
 Verification (`verify_shards`, run by `ShardStream` before anything is streamed): every shard must exist; one
-listed in its directory's manifest must have the listed size (and, with `checksum="sha256"`, the listed SHA-256);
+listed in its directory's manifest must have the listed size (and, with `checksum="xxh3_128"`, the listed hash);
 one no manifest lists is read through as a tar. A missing, truncated, empty or replaced shard is refused at start-up
 with an error naming it, not found by a data-loader worker hours later.
 
@@ -56,7 +56,7 @@ from datasets.packaged_modules.webdataset.webdataset import base_plus_ext
 from PIL import Image
 from tqdm.auto import tqdm
 
-from ..fileio import sha256_file, sha256_stream
+from ..fileio import HASH, xxh3_128
 from ..modeling_common.optional import require
 from ..modeling_common.text import split_sentences
 from .caption_files import check_utf8, clean_caption
@@ -75,7 +75,7 @@ from .image_files import (
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
-CHECKSUMS = ("size", "sha256")  # what `verify_shards` compares with the manifest
+CHECKSUMS = ("size", HASH)  # what `verify_shards` compares with the manifest
 SKIPPED = "__skipped__"  # key a streamed row carries: corrupt samples skipped just before it
 SHARD_PACKAGES = ("braceexpand", "torchdata")  # the extra `hf-longclip[shards]`: shard patterns, resumable loader
 RAW_FEATURES = datasets.Features({"__key__": datasets.Value("string"), "__url__": datasets.Value("string"),
@@ -120,8 +120,8 @@ def _verify_shard(url: str, entry: dict | None, checksum: str) -> int:
     fs, path = fsspec.core.url_to_fs(url)
     size = fs.size(path)
     if entry is None:
-        if checksum == "sha256":
-            raise ShardError(f"{url}: no {MANIFEST} beside it lists it, so its SHA-256 cannot be checked")
+        if checksum == HASH:
+            raise ShardError(f"{url}: no {MANIFEST} beside it lists it, so its {HASH} hash cannot be checked")
         with fs.open(path, "rb") as handle:
             handle.seek(max(0, size - 2 * tarfile.BLOCKSIZE))
             tail = handle.read()
@@ -133,19 +133,19 @@ def _verify_shard(url: str, entry: dict | None, checksum: str) -> int:
         return count
     if size != entry["bytes"]:
         raise ShardError(f"{url}: {size} bytes, its manifest lists {entry['bytes']} (truncated, empty or replaced)")
-    if checksum == "sha256":
+    if checksum == HASH:
         with fs.open(path, "rb") as handle:
-            digest = sha256_stream(handle)
-        if digest != entry["sha256"]:
-            raise ShardError(f"{url}: SHA-256 {digest}, its manifest lists {entry['sha256']} (damaged or replaced)")
+            digest = xxh3_128(handle)
+        if digest != entry[HASH]:
+            raise ShardError(f"{url}: {HASH} {digest}, its manifest lists {entry[HASH]} (damaged or replaced)")
     return entry["samples"]
 
 
 def verify_shards(urls: Sequence[str], checksum: str = "size") -> list[int]:
     """Check every shard before training and return the samples of each (from the manifest, else counted).
 
-    A shard must exist; one listed in the `manifest.json` beside it must have the listed size (`checksum="sha256"`:
-    and the listed SHA-256, reading every byte; a shard no manifest lists is then refused); one not listed must end
+    A shard must exist; one listed in the `manifest.json` beside it must have the listed size (`checksum="xxh3_128"`:
+    and the listed hash, reading every byte; a shard no manifest lists is then refused); one not listed must end
     with a tar's end-of-archive blocks and is read through. So an empty, truncated or non-tar shard is caught either
     way. Raises FileNotFoundError naming
     the missing shards, ShardError naming each one that fails and what was found."""
@@ -318,7 +318,7 @@ def _write_shard(dataset: datasets.Dataset, index: int, start: int, stop: int, p
         os.fsync(handle.fileno())
     os.replace(temp, path)
     return {"name": path.name, "samples": written, "rows": stop - start, "skipped": skipped.summary(),
-            "captions_cleaned": cleaned, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+            "captions_cleaned": cleaned, "bytes": path.stat().st_size, HASH: xxh3_128(path)}
 
 
 
@@ -327,7 +327,7 @@ def write_shards(dataset: datasets.Dataset, output_dir: str | Path, shard_size: 
                  bad_samples: str | None = None) -> Path:
     """Write `dataset` (rows in our sample schema) as `output_dir/{00000..}.tar` with `manifest.json`, `num_workers`
     processes writing shards in parallel, with a progress bar. Shards already listed in the manifest whose file
-    still has the listed SHA-256 are kept (a re-run after a crash finishes the rest). Returns the manifest path.
+    still has the listed hash are kept (a re-run after a crash finishes the rest). Returns the manifest path.
 
     Every image is decoded in full before it is written (`data.image_files.decode_image`; its own bytes are what is
     written) and every `text_column` caption checked (control characters cleaned, `data.caption_files`). A sample
@@ -354,7 +354,7 @@ def write_shards(dataset: datasets.Dataset, output_dir: str | Path, shard_size: 
         old, path = previous.get(name), output_dir / name
         rows_listed = old.get("rows", old["samples"]) if old else None
         kept_skips = policy == "skip" or not (old or {}).get("skipped", {}).get("count")
-        if old and rows_listed == stop - start and kept_skips and path.is_file() and sha256_file(path) == old["sha256"]:
+        if old and rows_listed == stop - start and kept_skips and path.is_file() and xxh3_128(path) == old[HASH]:
             entries[name] = old
         else:
             pending.append((index, start, stop, path))

@@ -90,9 +90,9 @@ class LoopArguments:
                 "`hf-longclip shard`) instead of the script's training split"})
     shuffle_buffer: int = field(default=1000, metadata={"help": "streamed samples shuffled together (--train_shards)"})
     verify_shards: str = field(default="size", metadata={
-        "choices": ["size", "sha256"],
+        "choices": ["size", "xxh3_128"],
         "help": "before training, check each shard against its manifest.json: 'size' (always; a shard no manifest "
-                "lists is read through as a tar) or 'sha256' (also its checksum: reads every byte)"})
+                "lists is read through as a tar) or 'xxh3_128' (also its XXH3-128 hash: reads every byte)"})
     dataloader_num_workers: int = field(default=0, metadata={
         "help": "data-loader worker processes that decode and preprocess (collate) training samples"})
     resume_from_checkpoint: str | None = field(default=None, metadata={

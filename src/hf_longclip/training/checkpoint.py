@@ -3,17 +3,16 @@
 A checkpoint is `<run_dir>/step_<N>/`: everything `accelerator.save_state` writes (weights, optimizer, scheduler,
 RNG states of every process) plus `trainer_state.json`, written last, holding the loop position (step, epoch,
 batches consumed in the epoch), the logged history, the arguments that shape the run (compared on resume) and a
-manifest (size and XXH3-128 hash of every other file: any truncated, missing or altered file, down to one flipped
-byte, is refused on resume, naming the file; checkpoints written with SHA-256 manifests are still checked).
+manifest (size and XXH3-128 hash, `fileio.xxh3_128`, of every other file: any truncated, missing or altered file,
+down to one flipped byte, is refused on resume, naming the file).
 Each is written under a hidden temporary name and renamed into place only when complete, so a killed run leaves
 either a whole checkpoint or a `.tmp-*` directory that is ignored and cleaned up; a save that fails (a full disk) is
 an error naming the checkpoint, and leaves no `.tmp-*` directory.
 
-The manifest costs a small share of the save (benchmarks/bench_checkpoint.py): XXH3 hashes at memory speed (about
-12 GB/s on one core, against 1 GB/s for SHA-256), and the files are hashed while they are written
-(`HashWhileWriting`: each new piece read from the page cache right after it is written), not read back once the
-save is over, from the disk when memory pressure has meanwhile dropped them from the cache. It detects damage (a
-truncated file, flipped bits), not tampering: the manifest lies beside the files it hashes, as the SHA-256 one did.
+The manifest costs a small share of the save (benchmarks/bench_checkpoint.py): XXH3 hashes at memory speed, and the
+files are hashed while they are written (`HashWhileWriting`: each new piece read from the page cache right after it is
+written), not read back once the save is over, from the disk when memory pressure has meanwhile dropped them from the
+cache.
 """
 
 from __future__ import annotations
@@ -30,9 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import xxhash  # a requirement of datasets, which the library requires (xxh3_128: xxhash 2.0 and later)
+import xxhash
 
-from ..fileio import sha256_file
+from ..fileio import HASH, xxh3_128
 
 logger = logging.getLogger(__name__)
 
@@ -46,19 +45,6 @@ _TEMP_PREFIX = ".tmp-"
 
 def checkpoint_name(step: int) -> str:
     return f"step_{step:08d}"
-
-
-HASH = "xxh3_128"  # the manifest's key of each file's hash; "sha256" in checkpoints written before it
-
-
-def xxh3_file(path: Path, block: int = 1 << 20) -> str:
-    """Hex XXH3-128 of a file's bytes, read in `block`-byte pieces into one buffer."""
-    digest, buffer = xxhash.xxh3_128(), bytearray(block)
-    view = memoryview(buffer)
-    with Path(path).open("rb", buffering=0) as handle:
-        while read := handle.readinto(buffer):
-            digest.update(view[:read])
-    return digest.hexdigest()
 
 
 class HashWhileWriting:
@@ -143,7 +129,7 @@ class HashWhileWriting:
             followed = (self.error is None and entry is not None and entry[2] == stat.st_size
                         and os.fstat(entry[0].fileno()).st_ino == stat.st_ino)
             manifest[str(path.relative_to(self.directory))] = {
-                "size": stat.st_size, HASH: entry[1].hexdigest() if followed else xxh3_file(path)}
+                "size": stat.st_size, HASH: entry[1].hexdigest() if followed else xxh3_128(path)}
         return manifest
 
 
@@ -161,7 +147,7 @@ def _manifest(directory: Path, hashing: HashWhileWriting | None = None) -> dict[
     if hashing is not None:
         return hashing.manifest()
     return {
-        str(path.relative_to(directory)): {"size": path.stat().st_size, HASH: xxh3_file(path)}
+        str(path.relative_to(directory)): {"size": path.stat().st_size, HASH: xxh3_128(path)}
         for path in sorted(directory.rglob("*"))
         if path.is_file() and path.name != STATE_FILE
     }
@@ -246,11 +232,12 @@ def rotate_checkpoints(run_dir: Path, written: Path, total_limit: int) -> list[P
     """Delete the oldest checkpoints of `run_dir` (lowest step first) until at most `total_limit` remain, counting
     `written`, the one just saved; returns those deleted (none with `total_limit` 0).
 
-    It keeps what accelerate's `ProjectConfiguration(total_limit=...)` keeps, whose rotation itself does not fit here
-    (it needs `automatic_checkpoint_naming`'s `checkpoints/checkpoint_<i>` layout, not atomic directories); unlike it,
-    it runs once `written` is complete, not before the save starts, so a run killed while saving still has its latest
-    valid checkpoint, and it never deletes `written`, even behind checkpoints of later steps (a run resumed from an
-    earlier checkpoint)."""
+    It keeps what accelerate's `ProjectConfiguration(automatic_checkpoint_naming=True, total_limit=...)` keeps, whose
+    naming and rotation do not fit here: they number saves in one `<project_dir>/checkpoints/` (not steps, per run),
+    delete the oldest before saving and save in place, so a save that fails or is killed leaves a half-written
+    checkpoint and, with `total_limit=1`, no whole one (tests/training/test_checkpoint.py shows it). This runs once
+    `written` is complete, and never deletes it, even behind checkpoints of later steps (a run resumed from an earlier
+    checkpoint)."""
     if total_limit <= 0:
         return []
     others = [path for path in list_checkpoints(run_dir) if path.name != Path(written).name]
@@ -290,11 +277,10 @@ def checkpoint_problem(path: Path) -> str | None:
             return f"missing file {name}"
         if file.stat().st_size != expected["size"]:
             return f"{name} has {file.stat().st_size} bytes, expected {expected['size']}"
-        kind = HASH if HASH in expected else "sha256" if "sha256" in expected else None
-        if kind is None:
-            return f"the manifest holds no hash of {name}"
-        if (xxh3_file if kind == HASH else sha256_file)(file) != expected[kind]:
-            return f"{name} does not match its hash ({kind}): the file was altered"
+        if HASH not in expected:
+            return f"the manifest holds no {HASH} hash of {name}"
+        if xxh3_128(file) != expected[HASH]:
+            return f"{name} does not match its hash ({HASH}): the file was altered"
     return None
 
 

@@ -14,12 +14,14 @@ huggingface_hub's own `eval_result_entries_to_yaml` (dataset id and task id, val
 split, text length, tie rule).
 
 `push_to_hub` never touches the checkpoint folder: it stages a copy (hard links where possible) with the card as
-README.md, creates the repo (exist_ok) and uploads the stage with `HfApi.upload_folder`. Transient failures
-(5xx, 408, 429, connection errors, timeouts) are retried with exponential backoff; anything else (401/403 auth,
-404, 400/422 validation, an invalid card) raises at once. It makes network calls and writes nothing shared, so
-call it from the main process only (`if accelerator.is_main_process:`): other ranks would push the same commit
-again. The endpoint is huggingface_hub's (`HF_ENDPOINT`, read when huggingface_hub is imported) unless
-`endpoint=` is given.
+README.md, creates the repo (exist_ok) and commits the stage in one `HfApi.create_commit`. Transient failures (5xx,
+408, 429, connection errors, timeouts) of either call are retried whole with exponential backoff: huggingface_hub
+retries some requests itself (`http_backoff`: the preupload, LFS transfers) but sends create_repo, the card's YAML
+check and the commit once (a retried commit whose answer was lost would commit twice), whereas a whole create_commit
+re-run commits nothing twice (files already there are left out). Anything else (401/403 auth, 404, 400/422
+validation, an invalid card) raises at once. It makes network calls and writes nothing shared, so call it from the
+main process only (`if accelerator.is_main_process:`): other ranks would push the same commit again. The endpoint is
+huggingface_hub's (`HF_ENDPOINT`, read when huggingface_hub is imported) unless `endpoint=` is given.
 """
 
 from __future__ import annotations
@@ -284,15 +286,13 @@ def eval_results_files(entries: Sequence[EvalResultEntry]) -> dict[str, str]:
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
-    """Connection errors and timeouts of whichever HTTP client huggingface_hub uses (httpx2, httpx or requests)."""
+    """Connection errors and timeouts of whichever HTTP client huggingface_hub uses (httpx2 or httpx, by version)."""
     errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
-    for module, names in (("httpx2", ("TransportError",)), ("httpx", ("TransportError",)),
-                          ("requests", ("ConnectionError", "Timeout"))):
+    for module in ("httpx2", "httpx"):
         try:
-            imported = __import__(module)
+            errors.append(__import__(module).TransportError)
         except ImportError:
             continue
-        errors += [getattr(imported, name) for name in names if hasattr(imported, name)]
     return tuple(errors)
 
 

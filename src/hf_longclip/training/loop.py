@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.data_loader import SeedableRandomSampler
 from accelerate.logging import get_logger
 from accelerate.utils import (
     DistributedDataParallelKwargs,
@@ -25,7 +26,7 @@ from accelerate.utils import (
     parse_flag_from_env,
     set_seed,
 )
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 from transformers.integrations import (
@@ -123,25 +124,6 @@ class LossWindow:
         self.sums, self.count = state["sums"], state["count"]
 
 
-class EpochShuffleSampler(Sampler[int]):
-    """A fresh random order each epoch that depends only on (seed, epoch), so a resumed run sees exactly the order
-    of an uninterrupted one. Under several processes accelerate shards its batches: process p gets batches
-    p, p + P, ..., so the global batch of a step holds the same samples as one process with P times the batch."""
-
-    def __init__(self, num_samples: int, seed: int):
-        self.num_samples, self.seed, self.epoch = num_samples, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-    def __iter__(self):
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        yield from torch.randperm(self.num_samples, generator=generator).tolist()
-
-
 @contextlib.contextmanager
 def whole_model_init(accelerator: Accelerator):
     """Build (or load) models whole inside this context, even under ZeRO-3, where transformers would otherwise
@@ -224,7 +206,11 @@ def train(
                 args.process_batch_size
         model, optimizer = accelerator.prepare(model, optimizer)
     else:
-        sampler = EpochShuffleSampler(len(train_dataset), args.seed)
+        # accelerate's seedable sampler: epoch e's order is a randperm of a CPU generator seeded with data_seed + e,
+        # a function of (seed, epoch) only, so a resumed run sees the order of an uninterrupted one (given its own
+        # generator, accelerate draws none from the global RNG). Under several processes accelerate shards its
+        # batches: process p gets batches p, p + P, ..., the global batch of one process with P times the batch.
+        sampler = SeedableRandomSampler(train_dataset, generator=torch.Generator(), data_seed=args.seed * 1_000_003)
         loader = DataLoader(
             train_dataset,
             batch_size=args.process_batch_size,
