@@ -23,7 +23,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
@@ -410,26 +409,24 @@ class FCASTModel(DualEncoderMixin, FCASTPreTrainedModel):
         """
         if input_ids is None or pixel_values is None:
             raise ValueError("F-CAST's forward needs both input_ids and pixel_values (with superpixels)")
-        if input_ids.shape[0] == 0 or pixel_values.shape[0] == 0:
-            raise ValueError("the batch is empty: pass at least one text and one image (a non-empty batch)")
-        vision_outputs = self.get_image_features(pixel_values, superpixels, **kwargs)
-        text_outputs = self.get_text_features(input_ids, attention_mask, position_ids, **kwargs)
-        image_embeds = F.normalize(vision_outputs.pooler_output, dim=-1)
-        text_embeds = F.normalize(text_outputs.pooler_output, dim=-1)
-        logit_scale = self.logit_scale.exp()
-        logits_per_text = logit_scale * text_embeds @ image_embeds.T + self.logit_bias
-        loss = None
-        if return_loss:
-            if image_embeds.shape[0] != text_embeds.shape[0]:
-                raise ValueError(f"the loss pairs image i with caption i: got {image_embeds.shape[0]} images and "
-                                 f"{text_embeds.shape[0]} captions")
-            loss = pairwise_sigmoid_loss(logits_per_text.T)
-        return FCASTOutput(
-            loss=loss, logits_per_image=logits_per_text.T, logits_per_text=logits_per_text, text_embeds=text_embeds,
-            image_embeds=image_embeds, text_model_output=text_outputs, vision_model_output=vision_outputs,
-            logit_scale=logit_scale, logit_bias=self.logit_bias.clone(), part_logit_scale=self.part_logit_scale.exp(),
-            part_logit_bias=self.part_logit_bias.clone(),  # copies: ZeRO-3 may release the parameters after forward
+        vision_outputs, text_outputs, image_embeds, text_embeds = self.encode_pair(
+            input_ids, pixel_values, attention_mask, position_ids, {"superpixels": superpixels}, **kwargs
         )
+        return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, return_loss)
+
+    def pair_output(self, vision_outputs, text_outputs, image_embeds, text_embeds, return_loss=False) -> FCASTOutput:
+        """`DualEncoderMixin.pair_output` (the whole level's scaled and biased logits) with the part level's
+        temperature and bias."""
+        output = super().pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, return_loss)
+        return FCASTOutput(**output, part_logit_scale=self.part_logit_scale.exp(),
+                           part_logit_bias=self.part_logit_bias.clone())  # a copy: ZeRO-3 may release it
+
+    def pair_loss(self, logits_per_text: torch.Tensor) -> torch.Tensor:
+        """The whole level's sigmoid loss over the local batch (Eq. 8 without gather), image i matching caption i."""
+        texts, images = logits_per_text.shape
+        if images != texts:
+            raise ValueError(f"the loss pairs image i with caption i: got {images} images and {texts} captions")
+        return pairwise_sigmoid_loss(logits_per_text.T)
 
 
 __all__ = ["FCASTGroundingOutput", "FCASTModel", "FCASTOutput", "FCASTPreTrainedModel", "FCASTTextOutput",

@@ -18,7 +18,6 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import CLIPModel, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling
-from transformers.utils import logging
 
 from .dual_encoder import (
     DualEncoderMixin,
@@ -26,6 +25,7 @@ from .dual_encoder import (
     check_input_ids,
     end_of_text_positions,
     load_clip_model,
+    model_from_clip,
 )
 from .initialization import InitializesEveryModuleMixin, default_initialization
 from .positions import RotaryEmbedding, ntk_inverse_frequencies
@@ -44,9 +44,7 @@ from .transformers_compat import clip_tower, init
 
 from .configuration_onelip import ONELIP_TEXT_POSITIONS, OneLIPConfig, OneLIPTextConfig
 
-logger = logging.get_logger(__name__)
 DEFAULT_CLIP_CHECKPOINT = "openai/clip-vit-base-patch16"
-_POSITION_TABLE = "text_model.embeddings.position_embedding.weight"
 
 
 def inverse_frequencies(config: OneLIPTextConfig) -> torch.Tensor:
@@ -282,6 +280,7 @@ class OneLIPPreTrainedModel(InitializesEveryModuleMixin, PreTrainedModel):
     supports_gradient_checkpointing = True
     _supports_sdpa = True  # the text encoder's SDPA (`modeling_common.transformer`) and CLIP's vision tower
     _no_split_modules = ["OneLIPEncoderLayer", "CLIPEncoderLayer", "CLIPVisionEmbeddings"]
+    new_weight_prefixes: tuple[str, ...] = ()  # weights CLIP checkpoints lack (`from_clip`)
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -305,33 +304,14 @@ class OneLIPPreTrainedModel(InitializesEveryModuleMixin, PreTrainedModel):
         trust_remote_code: bool = False, **config_kwargs,
     ):
         """A `OneLIPModel` (or `OneLIPForPreTraining`) initialised from a CLIP (Hub id, local directory or in-memory
-        `CLIPModel`; the checkpoint's own code runs only with `trust_remote_code=True`): every weight copied but the
-        text position table, which RoPE replaces; T_f is CLIP's text length, T_g = `max_length`; `config_kwargs` set
-        configuration options. TRIM-Refine's queries (`OneLIPForPreTraining`) start from their init."""
+        `CLIPModel`; the checkpoint's own code runs only with `trust_remote_code=True`) with `model_from_clip`: every
+        weight copied but the text position table, which RoPE replaces; T_f is CLIP's text length, T_g =
+        `max_length`; `config_kwargs` set configuration options. TRIM-Refine's queries (`OneLIPForPreTraining`) start
+        from their init."""
         clip = load_clip_model(clip, trust_remote_code)
-        state = {k: v for k, v in clip.state_dict().items() if k != _POSITION_TABLE}
-        state["logit_scale"] = state["logit_scale"].reshape(1)
-        text_config = clip.config.text_config.to_dict()
         base_length = clip.config.text_config.max_position_embeddings
-        text_config.update(max_position_embeddings=max_length, base_length=base_length)
-        config = OneLIPConfig(
-            text_config=text_config,
-            vision_config=clip.config.vision_config.to_dict(),
-            projection_dim=clip.config.projection_dim,
-            logit_scale_init_value=clip.config.logit_scale_init_value,
-            **config_kwargs,
-        )
-        model = cls(config)
-        missing, unexpected = model.base_model.load_state_dict(state, strict=False)
-        unexpected = [name for name in unexpected if not name.endswith("position_ids")]
-        if missing or unexpected:
-            raise ValueError(f"CLIP checkpoint does not match: missing {missing}, unexpected {unexpected}")
-        if model is not model.base_model:
-            new = sorted({name.split(".")[0] for name, _ in model.named_parameters()} - {cls.base_model_prefix})
-            logger.warning(f"{cls.__name__}.from_clip: {', '.join(new)} not in CLIP, at their initialisation "
-                           "(`_init_weights`)")
-        return model.to(clip.dtype)
-
+        return model_from_clip(cls, clip, "drop", {"max_position_embeddings": max_length, "base_length": base_length},
+                               **config_kwargs)
 
 
 class OneLIPTextModel(OneLIPPreTrainedModel):
@@ -463,6 +443,7 @@ class OneLIPForPreTraining(CodeBundleMixin, OneLIPPreTrainedModel):
 
     config: OneLIPConfig
     config_class = OneLIPConfig
+    new_weight_prefixes = ("trim_refine.",)
 
     def __init__(self, config: OneLIPConfig):
         super().__init__(config)

@@ -6,19 +6,16 @@ import torch
 from torch import nn
 from transformers import CLIPModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
-from transformers.utils import logging
 
 from hf_longclip.modeling_common.dual_encoder import (
     DualEncoderMixin,
     check_input_ids,
     end_of_text_positions,
     load_clip_model,
+    model_from_clip,
 )
 from hf_longclip.modeling_common.initialization import InitializesEveryModuleMixin
-from hf_longclip.modeling_common.positions import stretch_position_embeddings
 from hf_longclip.modeling_common.transformers_compat import init
-
-logger = logging.get_logger(__name__)
 
 
 class CLIPDualEncoder(InitializesEveryModuleMixin, DualEncoderMixin, CLIPModel):
@@ -45,37 +42,14 @@ class CLIPDualEncoder(InitializesEveryModuleMixin, DualEncoderMixin, CLIPModel):
     def from_clip(cls, clip: "str | CLIPModel", stretch_positions: bool = True, trust_remote_code: bool = False,
                   **config_kwargs):
         """Build the model from a CLIP checkpoint (Hub id, local directory or in-memory `CLIPModel`; code the
-        checkpoint ships runs only with `trust_remote_code=True`: see `load_clip_model`).
+        checkpoint ships runs only with `trust_remote_code=True`: see `load_clip_model`), with `model_from_clip`.
 
         The text position table is stretched with Long-CLIP's knowledge-preserved scheme (77 -> 248) unless
         `stretch_positions=False` (CLIP's 77 positions); `config_kwargs` set the model's own options. Weights under
         `new_weight_prefixes` start from the model's initialisation; any other weight must come from the checkpoint.
         """
-        clip = load_clip_model(clip, trust_remote_code)
-        state = clip.state_dict()
-        key = "text_model.embeddings.position_embedding.weight"
-        if stretch_positions:
-            state[key] = stretch_position_embeddings(state[key])
-        state["logit_scale"] = state["logit_scale"].reshape(1)
-        text_config = clip.config.text_config.to_dict()
-        text_config["max_position_embeddings"] = state[key].shape[0]
-        config = cls.config_class(
-            text_config=text_config,
-            vision_config=clip.config.vision_config.to_dict(),
-            projection_dim=clip.config.projection_dim,
-            logit_scale_init_value=clip.config.logit_scale_init_value,
-            **config_kwargs,
-        )
-        model = cls(config)
-        model.load_state_dict(state, strict=False)
-        missing = [name for name in set(model.state_dict()) - set(state)
-                   if not name.endswith("position_ids") and not name.startswith(cls.new_weight_prefixes)]
-        if missing:
-            raise ValueError(f"weights missing from the CLIP checkpoint: {sorted(missing)}")
-        if cls.new_weight_prefixes:
-            new = ", ".join(prefix.rstrip(".") for prefix in cls.new_weight_prefixes)
-            logger.warning(f"{cls.__name__}.from_clip: {new} not in CLIP, at their initialisation (`_init_weights`)")
-        return model.to(clip.dtype)
+        return model_from_clip(cls, load_clip_model(clip, trust_remote_code),
+                               "stretch" if stretch_positions else "keep", **config_kwargs)
 
     def get_text_features(
         self,

@@ -1,6 +1,7 @@
 """What every dual-encoder model of the library shares: its output type, its saving behaviour, CLIP's feature
 functions and joint forward pass, where it pools a text, the checks of its inputs (`check_input_ids`,
-`check_pixel_values`: free, no host synchronisation) and how a CLIP to start from is loaded (`load_clip_model`)."""
+`check_pixel_values`: free, no host synchronisation), how a CLIP to start from is loaded (`load_clip_model`) and a model
+built from its weights (`model_from_clip`)."""
 
 from dataclasses import dataclass
 
@@ -9,10 +10,16 @@ import torch.nn.functional as F
 from transformers import AutoModel, CLIPModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.models.clip.modeling_clip import CLIPOutput
+from transformers.utils import logging
 
+from hf_longclip.modeling_common.positions import stretch_position_embeddings
 from hf_longclip.modeling_common.saving import CodeBundleMixin
 from hf_longclip.modeling_common.transformer import is_tracing, returns_tuple_when_asked
 from hf_longclip.modeling_common.transformers_compat import tower_outputs
+
+logger = logging.get_logger(__name__)
+POSITION_TABLE = "text_model.embeddings.position_embedding.weight"  # CLIP's text position table
+POSITION_TABLE_USES = ("keep", "stretch", "drop")
 
 
 @dataclass
@@ -67,14 +74,58 @@ def load_clip_model(clip: "str | CLIPModel", trust_remote_code: bool = False, **
     return model
 
 
+def model_from_clip(cls, clip: CLIPModel, positions: str = "keep", text_options: dict | None = None,
+                    **config_kwargs):
+    """A `cls` model built from the weights of `clip` (a loaded `CLIPModel`: `load_clip_model`), every `from_clip`'s
+    body. Its configuration takes CLIP's text and vision configurations, projection width and logit scale, updated
+    with `text_options` (the text configuration's) and `config_kwargs` (the model's own options).
+
+    CLIP's text position table is kept (`positions="keep"`), stretched with Long-CLIP's knowledge-preserved scheme,
+    77 -> 248 (`"stretch"`), or dropped (`"drop"`: a model without one, e.g. OneLIP's rotary positions); a kept table
+    sets the text configuration's `max_position_embeddings`. The logit scale becomes shape (1,). The weights are
+    loaded into `cls`'s base model (`base_model_prefix`: OneLIP's under its pre-training head). Weights under
+    `cls.new_weight_prefixes`, which CLIP lacks, start from the model's initialisation, named in a warning; any other
+    weight CLIP lacks, or a CLIP weight the model has no place for, is a ValueError."""
+    if positions not in POSITION_TABLE_USES:
+        raise ValueError(f"positions must be one of {POSITION_TABLE_USES}, got {positions!r}")
+    state = clip.state_dict()
+    text_config = clip.config.text_config.to_dict()
+    table = state.pop(POSITION_TABLE)
+    if positions != "drop":
+        state[POSITION_TABLE] = stretch_position_embeddings(table) if positions == "stretch" else table
+        text_config["max_position_embeddings"] = state[POSITION_TABLE].shape[0]
+    text_config.update(text_options or {})
+    state["logit_scale"] = state["logit_scale"].reshape(1)
+    config = cls.config_class(
+        text_config=text_config,
+        vision_config=clip.config.vision_config.to_dict(),
+        projection_dim=clip.config.projection_dim,
+        logit_scale_init_value=clip.config.logit_scale_init_value,
+        **config_kwargs,
+    )
+    model = cls(config)
+    prefix = "" if model.base_model is model else f"{cls.base_model_prefix}."
+    missing, unexpected = model.load_state_dict({prefix + name: value for name, value in state.items()}, strict=False)
+    new = sorted({name.split(".")[0] for name in missing if name.startswith(cls.new_weight_prefixes)})
+    missing = [name for name in missing if not name.startswith(cls.new_weight_prefixes)]
+    if missing or unexpected:
+        raise ValueError(f"CLIP checkpoint does not match {cls.__name__}: missing {sorted(missing)}, unexpected "
+                         f"{sorted(unexpected)}")
+    if new:
+        logger.warning(f"{cls.__name__}.from_clip: {', '.join(new)} not in CLIP, at their initialisation "
+                       "(`_init_weights`)")
+    return model.to(clip.dtype)
+
+
 class DualEncoderMixin(CodeBundleMixin):
     """What a dual-encoder model adds to a `PreTrainedModel`: its code bundle saved next to the weights, with a
     `config.json` that also maps `AutoModelForZeroShotImageClassification` to the class (so that
     `pipeline("zero-shot-image-classification", model=path, trust_remote_code=True)` works); CLIP's feature functions
     (`get_text_features`, `get_image_features`, over the model's `text_model` / `text_projection` and `vision_model` /
-    `visual_projection`); and the joint forward pass (`forward`; F-CAST's adds its sigmoid bias) and what it is made
-    of: `encode_pair` (both towers through the model's `get_image_features` / `get_text_features`, L2-normalised) and
-    `pair_output` (logits scaled by the model's `logit_scale`)."""
+    `visual_projection`); and the joint forward pass (`forward`; F-CAST's takes superpixels too) and what it is made
+    of: `encode_pair` (both towers through the model's `get_image_features` / `get_text_features`, L2-normalised),
+    `pair_output` (logits scaled by the model's `logit_scale`, biased by its `logit_bias` if any) and `pair_loss`
+    (the local loss of `return_loss=True`)."""
 
     def _auto_classes_also_loading(self) -> dict[str, type]:
         return {**super()._auto_classes_also_loading(), "AutoModelForZeroShotImageClassification": type(self)}
@@ -161,18 +212,21 @@ class DualEncoderMixin(CodeBundleMixin):
         Returns:
             [`DualEncoderOutput`] (a tuple with `return_dict=False`).
         """
-        if input_ids.shape[0] == 0 or pixel_values.shape[0] == 0:
-            raise ValueError("the batch is empty: pass at least one text and one image (a non-empty batch)")
         vision_outputs, text_outputs, image_embeds, text_embeds = self.encode_pair(
-            input_ids, pixel_values, attention_mask, position_ids, interpolate_pos_encoding, **kwargs
+            input_ids, pixel_values, attention_mask, position_ids,
+            {"interpolate_pos_encoding": interpolate_pos_encoding}, **kwargs
         )
         return self.pair_output(vision_outputs, text_outputs, image_embeds, text_embeds, return_loss)
 
     def encode_pair(self, input_ids, pixel_values, attention_mask=None, position_ids=None,
-                    interpolate_pos_encoding: bool = False, **kwargs):
-        """Both towers: (vision outputs, text outputs, L2-normalised image embeds, L2-normalised text embeds)."""
+                    image_inputs: dict | None = None, **kwargs):
+        """Both towers on a non-empty batch: (vision outputs, text outputs, L2-normalised image embeds,
+        L2-normalised text embeds). `image_inputs` are the image tower's own inputs besides the pixels
+        (`interpolate_pos_encoding`, F-CAST's `superpixels`); `kwargs` go to both towers."""
+        if input_ids.shape[0] == 0 or pixel_values.shape[0] == 0:
+            raise ValueError("the batch is empty: pass at least one text and one image (a non-empty batch)")
         vision_outputs = self.get_image_features(
-            pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, return_dict=True, **kwargs
+            pixel_values=pixel_values, **(image_inputs or {}), return_dict=True, **kwargs
         )
         text_outputs = self.get_text_features(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, return_dict=True, **kwargs
@@ -182,13 +236,18 @@ class DualEncoderMixin(CodeBundleMixin):
         return vision_outputs, text_outputs, image_embeds, text_embeds
 
     def pair_output(self, vision_outputs, text_outputs, image_embeds, text_embeds, return_loss=False):
-        """CLIP's logits (cosine similarity times the logit scale) and every output; with `return_loss`, CLIP's
-        symmetric InfoNCE over the local batch (`local_contrastive_loss`)."""
+        """The logits (cosine similarity times the model's `logit_scale`, plus its `logit_bias` where it has one:
+        F-CAST's) and every output; with `return_loss`, `pair_loss` of the logits."""
         logit_scale = self.logit_scale.exp()
         logits_per_text = logit_scale * text_embeds @ image_embeds.T
+        logit_bias = getattr(self, "logit_bias", None)
+        if logit_bias is not None:
+            logits_per_text = logits_per_text + logit_bias
+            logit_bias = logit_bias.clone()  # a copy: ZeRO-3 may release the parameter after forward
         return DualEncoderOutput(
-            loss=local_contrastive_loss(logits_per_text) if return_loss else None,
+            loss=self.pair_loss(logits_per_text) if return_loss else None,
             logit_scale=logit_scale,
+            logit_bias=logit_bias,
             logits_per_image=logits_per_text.T,
             logits_per_text=logits_per_text,
             text_embeds=text_embeds,
@@ -196,6 +255,11 @@ class DualEncoderMixin(CodeBundleMixin):
             text_model_output=text_outputs,
             vision_model_output=vision_outputs,
         )
+
+    def pair_loss(self, logits_per_text: torch.Tensor) -> torch.Tensor:
+        """The loss `forward(return_loss=True)` returns: CLIP's symmetric InfoNCE over the local batch
+        (`local_contrastive_loss`)."""
+        return local_contrastive_loss(logits_per_text)
 
 
 def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
