@@ -18,7 +18,7 @@ from helpers.builders import tiny_clip, tiny_himo
 from helpers.cast import tiny_classifier
 from helpers.ditm import tiny_ditm
 from helpers.fcast import tiny_fcast
-from hf_longclip import DITMModel, OneLIPForPreTraining, OneLIPModel
+from hf_longclip import DITMModel, HiMoCLIPModel, OneLIPForPreTraining, OneLIPModel
 
 BUILDERS = {
     "himo_clip": tiny_himo,
@@ -80,3 +80,9 @@ def test_from_clip_names_the_modules_clip_lacks(model_class, new):
     with CaptureLogger(logging.get_logger("hf_longclip.modeling_common.dual_encoder")) as captured:
         model_class.from_clip(tiny_clip())
     assert f"{model_class.__name__}.from_clip: {new} not in CLIP, at their initialisation" in captured.out
+
+
+@pytest.mark.parametrize("model_class", [HiMoCLIPModel, OneLIPModel])
+def test_from_clip_refuses_a_checkpoint_weight_the_model_has_no_place_for(model_class):
+    with pytest.raises(ValueError, match=r"does not match .*unexpected \['image_pooler\."):
+        model_class.from_clip(tiny_ditm())  # a DITM base: its trained GPO would be dropped silently
