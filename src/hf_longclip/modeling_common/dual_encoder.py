@@ -15,7 +15,7 @@ from transformers.utils import logging
 from hf_longclip.modeling_common.positions import stretch_position_embeddings
 from hf_longclip.modeling_common.saving import CodeBundleMixin
 from hf_longclip.modeling_common.transformer import is_tracing, returns_tuple_when_asked
-from hf_longclip.modeling_common.transformers_compat import tower_outputs
+from hf_longclip.modeling_common.transformers_compat import clip_loss, tower_outputs
 
 logger = logging.get_logger(__name__)
 POSITION_TABLE = "text_model.embeddings.position_embedding.weight"  # CLIP's text position table
@@ -39,14 +39,6 @@ class DualEncoderOutput(CLIPOutput):
 
     logit_scale: torch.FloatTensor | None = None
     logit_bias: torch.FloatTensor | None = None
-
-
-def local_contrastive_loss(logits_per_text: torch.Tensor) -> torch.Tensor:
-    """CLIP's symmetric InfoNCE over one batch of pairs, text i matching image i: what `forward(return_loss=True)`
-    returns, as transformers' `CLIPModel` does (no gather across processes: training objectives are
-    `hf_longclip.objectives`)."""
-    labels = torch.arange(logits_per_text.shape[0], device=logits_per_text.device)
-    return (F.cross_entropy(logits_per_text, labels) + F.cross_entropy(logits_per_text.T, labels)) / 2
 
 
 def pairwise_sigmoid_loss(logits_per_image: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -257,9 +249,10 @@ class DualEncoderMixin(CodeBundleMixin):
         )
 
     def pair_loss(self, logits_per_text: torch.Tensor) -> torch.Tensor:
-        """The loss `forward(return_loss=True)` returns: CLIP's symmetric InfoNCE over the local batch
-        (`local_contrastive_loss`)."""
-        return local_contrastive_loss(logits_per_text)
+        """The loss `forward(return_loss=True)` returns: CLIP's symmetric InfoNCE over the local batch, text i
+        matching image i, transformers' own (`transformers_compat.clip_loss`: no gather across processes, training
+        objectives are `hf_longclip.objectives`)."""
+        return clip_loss(logits_per_text)
 
 
 def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:

@@ -43,6 +43,12 @@ except ImportError:  # 4.57-5.19: they read `sub_configs` (the classes) instead
         return {}
 
 
+try:  # 5.6 and later: transformers' CLIP loss (`CLIPModel.forward(return_loss=True)`)
+    from transformers.models.clip.modeling_clip import image_text_contrastive_loss as clip_loss
+except ImportError:  # 4.57-5.5: the same function under its earlier name
+    from transformers.models.clip.modeling_clip import clip_loss
+
+
 if RELEASE < (5, 0):
     class ProcessorParts:
         """4.57: a processor names its parts and the Auto classes that load them."""
@@ -110,5 +116,5 @@ def tower_outputs(tower: torch.nn.Module, **inputs):
     return tower(**inputs)
 
 
-__all__ = ["RELEASE", "ProcessorParts", "clip_tower", "init", "nested_text_state_dict", "no_init_weights",
+__all__ = ["RELEASE", "ProcessorParts", "clip_loss", "clip_tower", "init", "nested_text_state_dict", "no_init_weights",
            "save_processor_parts", "sub_config_specs", "tower_outputs"]

@@ -91,6 +91,14 @@ def contrastive_loss(
     over processes of this loss is the loss of one process on the concatenated batch, and so are its gradients.
     `extra_text_logits` (local batch, M), already scaled, join each image's text denominator (per-sample hard
     negatives, OneLIP's PO-HNM); -inf marks an empty slot.
+
+    On one process's batch alone it is transformers' CLIP loss (`transformers_compat.clip_loss`, what the models'
+    `forward(return_loss=True)` returns), to float32 rounding (tested). That function does not cover what this one
+    is for: it takes one square logit matrix of one batch, labels on its diagonal, and reads the image-to-text
+    direction as its transpose, while a gathered batch gives each process two rectangular matrices (its images
+    against every text, its texts against every image) labelled from `offset`; and its cross-entropy takes no
+    `label_smoothing` (Long-CLIP's) and no `extra_text_logits`. The image-to-text logits are computed from the image
+    side (not transposed): the numerics the published figures were trained with.
     """
     labels = torch.arange(image_embeds.shape[0], device=image_embeds.device) + offset
     logits_per_image = logit_scale * image_embeds @ all_text_embeds.T
