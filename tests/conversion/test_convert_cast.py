@@ -30,7 +30,7 @@ from helpers.fresh_process import fresh_process
 from hf_longclip import CASTForImageClassification, CASTVisionConfig, CASTVisionModel
 from hf_longclip.cli import main
 from hf_longclip.models.cast.convert_cast import CAST_CLUSTERS, RELEASED_PREPROCESSING, convert
-from hf_longclip.models.conversion import load_original_checkpoint
+from hf_longclip.models.conversion import WRAPPER_PREFIXES, load_original_checkpoint
 
 WIDTH, HEADS, DEPTHS, CLUSTERS, SEGMENTS, IMAGE, CLASSES = 96, 12, (1, 1, 1, 1), (8, 4, 2, 1), 16, 64, 5
 
@@ -469,6 +469,13 @@ def test_unwrapping_finds_the_state_dict_and_names_what_it_cannot_read(tmp_path)
     torch.save({"state_dict": {**reference.state_dict(), "step": 3}}, tmp_path / "odd.pth")
     with pytest.raises(ValueError, match="'step'"):
         load_original_checkpoint(tmp_path / "odd.pth")
+
+
+@pytest.mark.parametrize("prefix", [*WRAPPER_PREFIXES, "module._orig_mod."])
+def test_unwrapping_strips_the_prefixes_wrappers_add(tmp_path, prefix):
+    weights = {"blocks.0.norm1.weight": torch.ones(2), "head.bias": torch.zeros(1)}
+    torch.save({"state_dict": {prefix + name: value for name, value in weights.items()}}, tmp_path / "wrapped.pth")
+    assert list(load_original_checkpoint(tmp_path / "wrapped.pth")) == list(weights)
 
 
 def test_converted_classifier_card_names_both_auto_classes(tmp_path):

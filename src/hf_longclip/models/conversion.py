@@ -41,9 +41,15 @@ FORMATS = {
     "flair": "hf_longclip.models.fcast.convert_flair:convert",
     "cast": "hf_longclip.models.cast.convert_cast:convert",
 }
-# the keys training checkpoints nest their weights under, and the prefixes wrappers add (DDP, torch.compile)
+# the keys training checkpoints nest their weights under
 _NESTED_KEYS = ("state_dict", "model", "module")
-_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+# The prefixes wrappers add to parameter names, stripped from a converted checkpoint's names and from those the
+# optimizer groups (`training.optimizer`) read:
+WRAPPER_PREFIXES = (
+    "module.",  # DistributedDataParallel (and DeepSpeed's engine)
+    "base_model.model.",  # peft's PeftModel (LoRA)
+    "_orig_mod.",  # torch.compile's OptimizedModule
+)
 # MoCo (v3) checkpoints: the encoder is `base_encoder.`; its momentum copy and the predictor are training state
 _MOCO_ENCODER, _MOCO_TRAINING_STATE = "base_encoder.", ("momentum_encoder.", "predictor.")
 
@@ -172,8 +178,8 @@ def _is_torchscript(archive: zipfile.ZipFile) -> bool:
 def _unwrap(checkpoint, path) -> dict[str, torch.Tensor]:
     """The state dict inside a checkpoint, name -> tensor: found under `state_dict` / `model` / `module` (the first
     of these a dict holds, however many other entries sit beside it: an optimizer, an epoch, MoCo's `best_acc1`
-    tensor, DeiT's EMA copy), without DDP's `module.` or torch.compile's `_orig_mod.` prefixes. A state dict holding
-    anything but tensors is refused, naming those entries."""
+    tensor, DeiT's EMA copy), without the prefixes wrappers add (`WRAPPER_PREFIXES`). A state dict holding anything
+    but tensors is refused, naming those entries."""
     import torch
 
     while isinstance(checkpoint, dict):
@@ -188,7 +194,7 @@ def _unwrap(checkpoint, path) -> dict[str, torch.Tensor]:
         raise ValueError(f"{path} holds no state dict (a dict of tensors, or one under {', '.join(_NESTED_KEYS)}): "
                          f"entries that are not tensors: {others[:10]}")
     weights = dict(checkpoint)
-    while wrapper := next((w for w in _WRAPPER_PREFIXES if all(name.startswith(w) for name in weights)), None):
+    while wrapper := next((w for w in WRAPPER_PREFIXES if all(name.startswith(w) for name in weights)), None):
         weights = {name[len(wrapper):]: value for name, value in weights.items()}
     if any(name.startswith(_MOCO_ENCODER) for name in weights):
         others = [name for name in weights if not name.startswith((_MOCO_ENCODER, *_MOCO_TRAINING_STATE))]
@@ -206,7 +212,7 @@ def load_original_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
     model object or argparse namespace, is refused with the reason); a TorchScript archive (OpenAI's `.pt`) by a
     reader that only rebuilds its tensors; a `.safetensors` file directly. The state dict is found under
     `state_dict`, `model` or `module` (beside an optimizer, counters, an argparse namespace of the command line),
-    and DDP's `module.` prefixes are removed; of a MoCo checkpoint
+    and the prefixes wrappers add (`WRAPPER_PREFIXES`) are removed; of a MoCo checkpoint
     (`module.base_encoder.`) the base encoder is kept, its momentum copy and predictor (training state) dropped.
     """
     import torch

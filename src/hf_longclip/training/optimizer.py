@@ -9,11 +9,11 @@ import re
 
 import torch
 
+from ..models.conversion import WRAPPER_PREFIXES
 from .arguments import check_layer_decay, parse_lr_multipliers
 
 logger = logging.getLogger(__name__)
 
-_WRAPPER_PREFIXES = ("module.", "base_model.model.", "_orig_mod.")  # DDP, peft, torch.compile
 _BLOCK = re.compile(r"^(?P<tower>.+?)\.encoder\.layers\.(?P<block>\d+)\.")
 _EMBEDDING_PARTS = ("embeddings", "pre_layrnorm", "pre_layernorm")
 
@@ -22,7 +22,7 @@ def _bare_name(name: str) -> str:
     stripped = True
     while stripped:
         stripped = False
-        for prefix in _WRAPPER_PREFIXES:
+        for prefix in WRAPPER_PREFIXES:
             if name.startswith(prefix):
                 name, stripped = name[len(prefix):], True
     return name
