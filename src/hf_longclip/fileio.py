@@ -3,7 +3,8 @@ integrity manifests (XXH3-128), and damaged weight files named."""
 
 import contextlib
 import os
-import tempfile
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -16,20 +17,30 @@ from safetensors import SafetensorError, safe_open
 HASH = "xxh3_128"
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
-    """Write `data` to `path` through a temporary file in the same directory, then rename it into place."""
+@contextlib.contextmanager
+def open_atomic(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A binary file that becomes `path` when the block ends: written as a temporary file in the same directory,
+    flushed to disk and renamed into place, or removed if the block raises. For writers that stream (a tar); its
+    permissions are those `open(path, "wb")` would give (the umask's)."""
     path = Path(path)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data.encode() if isinstance(data, str) else data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
-        Path(temp).unlink(missing_ok=True)
+        temp.unlink(missing_ok=True)
         raise
-    return path
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
+    """Write `data` to `path` atomically (`open_atomic`)."""
+    with open_atomic(path) as handle:
+        handle.write(data.encode() if isinstance(data, str) else data)
+    return Path(path)
 
 
 def xxh3_128(file: str | os.PathLike | BinaryIO, block: int = 1 << 20) -> str:

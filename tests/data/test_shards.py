@@ -6,6 +6,8 @@ DDP."""
 
 import io
 import json
+import os
+import stat
 import tarfile
 
 import datasets
@@ -17,6 +19,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from helpers.launch import CONFIGS, accelerate_launch, kill_when_written, run, script_env, weights
 from hf_longclip.cli import main as cli_main
+from hf_longclip.data import shards as shards_module
 from hf_longclip.data.shards import (
     MANIFEST,
     SKIPPED,
@@ -77,6 +80,28 @@ def test_a_rerun_keeps_finished_shards_and_rewrites_damaged_ones(scenes, tmp_pat
     after = {path.name: path.stat().st_mtime_ns for path in tmp_path.glob("*.tar")}
     assert after["00000.tar"] == before["00000.tar"] and after["00002.tar"] == before["00002.tar"]
     assert (tmp_path / "00001.tar").read_bytes() == original  # rewritten, byte-identical
+
+
+def test_a_shard_is_written_atomically_with_a_plain_files_permissions(scenes, tmp_path, monkeypatch):
+    write_shards(scenes, tmp_path, shard_size=16)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {stat.S_IMODE(path.stat().st_mode) for path in tmp_path.iterdir()} == {0o666 & ~umask}
+    finished = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    (tmp_path / "00001.tar").unlink()
+    calls, image_bytes = iter(range(1_000_000)), shards_module._image_bytes
+
+    def failing(cell):  # the rewritten shard's fourth image fails mid-write
+        if next(calls) == 3:
+            raise RuntimeError("killed mid-shard")
+        return image_bytes(cell)
+
+    monkeypatch.setattr(shards_module, "_image_bytes", failing)
+    with pytest.raises(RuntimeError, match="mid-shard"):
+        write_shards(scenes, tmp_path, shard_size=16)
+    # no partial shard, no temporary file left, the manifest of the last complete run untouched
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == {
+        name: data for name, data in finished.items() if name != "00001.tar"}
 
 
 def test_csv_jsonl_and_image_folder_sources(tmp_path):

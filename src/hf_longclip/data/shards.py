@@ -42,7 +42,6 @@ import csv
 import io
 import json
 import logging
-import os
 import tarfile
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -56,7 +55,7 @@ from datasets.packaged_modules.webdataset.webdataset import base_plus_ext
 from PIL import Image
 from tqdm.auto import tqdm
 
-from ..fileio import HASH, xxh3_128
+from ..fileio import HASH, open_atomic, write_atomic, xxh3_128
 from ..modeling_common.optional import require
 from ..modeling_common.text import split_sentences
 from .caption_files import check_utf8, clean_caption
@@ -288,13 +287,12 @@ def _checked_caption(row: dict, text_column: str, sample_id: str, file: str | No
 
 def _write_shard(dataset: datasets.Dataset, index: int, start: int, stop: int, path: Path,
                  image_column: str, text_column: str = "caption", policy: str | None = None) -> dict:
-    """Write rows [start, stop) as shard `path` (through a temporary name); its manifest entry. A row whose image
-    does not decode or whose caption is missing or empty is skipped and counted (`skipped` of the entry), or, under
-    the `error` policy, a ValueError naming its file and id."""
-    temp = path.with_name(f".{path.name}.tmp")
+    """Write rows [start, stop) as shard `path` (atomically: `fileio.open_atomic`); its manifest entry. A row whose
+    image does not decode or whose caption is missing or empty is skipped and counted (`skipped` of the entry), or,
+    under the `error` policy, a ValueError naming its file and id."""
     rows = dataset.select(range(start, stop)).cast_column(image_column, datasets.Image(decode=False))
     skipped, written, cleaned = SkippedSamples(policy, log=logger), 0, 0
-    with tarfile.open(temp, "w", format=tarfile.PAX_FORMAT) as tar:
+    with open_atomic(path) as file, tarfile.open(fileobj=file, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for offset, row in enumerate(rows):
             key = f"{index:05d}_{offset:06d}"
             cell = row.pop(image_column)
@@ -314,9 +312,6 @@ def _write_shard(dataset: datasets.Dataset, index: int, start: int, stop: int, p
                 info = tarfile.TarInfo(name)
                 info.size, info.mtime = len(payload), 0  # no timestamps: the same rows give the same bytes
                 tar.addfile(info, io.BytesIO(payload))
-    with temp.open("rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(temp, path)
     return {"name": path.name, "samples": written, "rows": stop - start, "skipped": skipped.summary(),
             "captions_cleaned": cleaned, "bytes": path.stat().st_size, HASH: xxh3_128(path)}
 
@@ -381,9 +376,7 @@ def write_shards(dataset: datasets.Dataset, output_dir: str | Path, shard_size: 
                 "max_image_pixels": max_image_pixels(),
                 "captions_cleaned": sum(entry.get("captions_cleaned", 0) for entry in shard_entries),
                 "fields": dataset.column_names, "shards": shard_entries}
-    temp = manifest_path.with_name(f".{MANIFEST}.tmp")
-    temp.write_text(json.dumps(manifest, indent=1))
-    os.replace(temp, manifest_path)
+    write_atomic(manifest_path, json.dumps(manifest, indent=1))
     logger.info(f"{len(pending)} shard(s) written, {len(bounds) - len(pending)} kept, in {output_dir}: "
                 f"{manifest['num_samples']} of {len(dataset)} samples, {skipped.describe()}, "
                 f"{manifest['captions_cleaned']} caption(s) cleaned of control characters")
