@@ -347,9 +347,8 @@ def write_shards(dataset: datasets.Dataset, output_dir: str | Path, shard_size: 
     entries, pending = {}, []
     for index, (name, (start, stop)) in enumerate(zip(names, bounds)):
         old, path = previous.get(name), output_dir / name
-        rows_listed = old.get("rows", old["samples"]) if old else None
-        kept_skips = policy == "skip" or not (old or {}).get("skipped", {}).get("count")
-        if old and rows_listed == stop - start and kept_skips and path.is_file() and xxh3_128(path) == old[HASH]:
+        reusable = old and old["rows"] == stop - start and (policy == "skip" or not old["skipped"]["count"])
+        if reusable and path.is_file() and xxh3_128(path) == old[HASH]:
             entries[name] = old
         else:
             pending.append((index, start, stop, path))
@@ -370,11 +369,11 @@ def write_shards(dataset: datasets.Dataset, output_dir: str | Path, shard_size: 
     shard_entries = [entries[name] for name in names]
     skipped = SkippedSamples(policy)
     for entry in shard_entries:
-        skipped.merge(entry.get("skipped", {}))
+        skipped.merge(entry["skipped"])
     manifest = {"description": description, "num_samples": sum(entry["samples"] for entry in shard_entries),
                 "num_rows": len(dataset), "skipped": skipped.summary(), "bad_samples": policy,
                 "max_image_pixels": max_image_pixels(),
-                "captions_cleaned": sum(entry.get("captions_cleaned", 0) for entry in shard_entries),
+                "captions_cleaned": sum(entry["captions_cleaned"] for entry in shard_entries),
                 "fields": dataset.column_names, "shards": shard_entries}
     write_atomic(manifest_path, json.dumps(manifest, indent=1))
     logger.info(f"{len(pending)} shard(s) written, {len(bounds) - len(pending)} kept, in {output_dir}: "

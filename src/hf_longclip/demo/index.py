@@ -147,7 +147,7 @@ def _cached_rows(path: Path, model_key: str) -> tuple[dict, set, dict]:
     files = [tuple(entry) for entry in json.loads(metadata["files"])]
     embeddings = load_file(str(path))["embeddings"]
     return (dict(zip(files, embeddings)), {tuple(entry) for entry in json.loads(metadata["skipped"])},
-            json.loads(metadata.get("skip_reasons", "{}")))
+            json.loads(metadata["skip_reasons"]))
 
 
 def build_index(model, processor, folder: str | Path, cache_dir: str | Path, batch_size: int = 32,

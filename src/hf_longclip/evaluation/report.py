@@ -4,16 +4,13 @@
 
 Every result speaks one vocabulary of metric names: the metric first, then the direction (``r1_i2t``, ``r5_t2i``,
 ``ties_i2t``, ``num_queries_t2t``), in these reports, the evaluate modules, the example scripts' results and their
-tables (`hf_longclip.training.results.COLUMNS`). Names written before (``i2t_r1``, ``i2t_ties``,
-``t2t_num_queries``) are read by `upgrade_keys`, with a DeprecationWarning.
+tables (`hf_longclip.training.results.COLUMNS`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -85,50 +82,8 @@ def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | N
     return report
 
 
-_LEGACY = re.compile(r"(i2t|t2i|t2t|i2i)_(r\d+|ties|num_queries|num_without_positive)")
-
-
-def current_key(key: str) -> str:
-    """The current name of a metric key: ``i2t_r1`` -> ``r1_i2t``, ``t2i_ties`` -> ``ties_t2i``; others unchanged."""
-    match = _LEGACY.fullmatch(key)
-    return f"{match[2]}_{match[1]}" if match else key
-
-
-def upgrade_keys(results, source: str = "results"):
-    """``results`` (nested dicts and lists, e.g. a loaded report) with every old metric key renamed by
-    `current_key`; one DeprecationWarning naming ``source`` and the old keys when there were any."""
-    renamed: list[str] = []
-
-    def walk(value):
-        if isinstance(value, dict):
-            out = {}
-            for key, item in value.items():
-                new = current_key(key) if isinstance(key, str) else key
-                if new != key:
-                    renamed.append(key)
-                out[new] = walk(item)
-            return out
-        if isinstance(value, list):
-            return [walk(item) for item in value]
-        return value
-
-    upgraded = walk(results)
-    if renamed:
-        shown = ", ".join(sorted(set(renamed)))
-        now = ", ".join(sorted({current_key(key) for key in renamed}))
-        warnings.warn(f"{source} uses old metric names ({shown}); read as {now} (the metric first, then the "
-                      "direction): the old names will not be read in a future version", DeprecationWarning,
-                      stacklevel=2)
-    return upgraded
-
-
 def load_report(path: str | Path) -> dict:
-    """A `report.json` written by `run_evaluation` (or a directory holding one), its metric names in the current
-    vocabulary (`upgrade_keys`: a report with the old names, e.g. ``i2t_r1``, is read with a
-    DeprecationWarning). A report written before the tie rule was recorded counted ties as hits: its ``tie_rule``
-    reads ``"optimistic"``."""
+    """A `report.json` written by `run_evaluation` (or a directory holding one)."""
     path = Path(path)
     path = path / "report.json" if path.is_dir() else path
-    report = upgrade_keys(json.loads(path.read_text()), str(path))
-    report.setdefault("tie_rule", "optimistic")
-    return report
+    return json.loads(path.read_text())

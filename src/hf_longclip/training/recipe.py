@@ -316,17 +316,8 @@ def run_length(loop_args: LoopArguments) -> dict:
 
 def extended_length(finished: Mapping, loop_args: LoopArguments) -> str | None:
     """How this run's length differs from a finished variant's (its eval file, `finished`), e.g. "--max_steps 300 ->
-    600", or None when it is the same. An eval file written before lengths were recorded counts as unchanged unless
-    --max_steps asks for more steps than its history ran."""
-    now = run_length(loop_args)
-    before = finished.get(LENGTH)
-    if before is None:
-        if not finished.get("history"):
-            return None
-        trained = finished["history"][-1]["step"]
-        if loop_args.max_steps > trained:
-            return f"--max_steps is now {loop_args.max_steps}, past its {trained} steps"
-        return None
+    600", or None when it is the same."""
+    now, before = run_length(loop_args), finished[LENGTH]
     if before == now:
         return None
     (old_name, old_value), (name, value) = next(iter(before.items())), next(iter(now.items()))

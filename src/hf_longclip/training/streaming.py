@@ -65,7 +65,7 @@ class StreamedBatches:
         self.stream.set_epoch(epoch)
         self.loader.load_state_dict(state["loader"])
         self.corrupt_samples = state["corrupt_samples"]
-        self.caption_counts = {**new_counts(), **state.get("caption_counts", {})}
+        self.caption_counts = dict(state["caption_counts"])
 
 
 @dataclass
