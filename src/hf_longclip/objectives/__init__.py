@@ -1,7 +1,7 @@
 """Losses shared by the models' objectives, in open_clip's `loss.py` style: pure functions over embeddings (gather
 with gradient across processes, InfoNCE, SigLIP's pairwise sigmoid loss; `losses.py`) and the modules returning named
-terms that several models use (`ClipLoss`, `LongCLIPLoss`, `TULIPLoss`). Each model's own objective lives in its folder
-(`hf_longclip.models.<arch>.objective`) and is applied by its task to the model's outputs; the training loop logs
+terms that several models use (`ClipLoss`, `LongCLIPLoss`, `TULIPLoss`). Each model's own objective lives in its module
+(`hf_longclip.objectives.<arch>`) and is applied by its task to the model's outputs; the training loop logs
 every term.
 
 | objective | terms | paper |

@@ -8,7 +8,7 @@ queues) belongs to the task, in open_clip's style:
     task = ContrastiveTask(model, ImageTextCollator(processor), ClipLoss())
     model, history = train(task, dataset["train"], args, accelerator)
 
-Each model's own task lives in its folder (`hf_longclip.models.<arch>.task`). The loop calls, on every process:
+Each model's own task lives in its recipe (`hf_longclip.recipes.<arch>.task`). The loop calls, on every process:
 - `compute_loss(model, batch) -> {term: tensor}`: the objective's named terms (their sum is what is
   back-propagated; each term is logged on its own). It is `loss(model, encode(model, batch), batch)` (`device_step`,
   the work `--torch_compile` compiles whole), between two hooks for host work that stays outside it,

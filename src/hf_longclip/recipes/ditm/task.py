@@ -64,7 +64,7 @@ class MultiCaptionCollator:
 
 
 class DITMTask(Task):
-    """DITM's objective (`hf_longclip.objectives.DITMLoss`, Eq. 7) on any of our dual encoders (DITM, HiMo-CLIP,
+    """DITM's objective (`hf_longclip.objectives.ditm.DITMLoss`, Eq. 7) on any of our dual encoders (DITM, HiMo-CLIP,
     OneLIP): the model's forward gives the L2-normalised embeddings, the task pairs each text with its image
     (`text_image_index`) and applies the objective with the batch's `image_ids` and `descriptiveness`
     (`MultiCaptionCollator` builds such batches). `margin_scale` is tau of the adaptive margins (Eq. 4: the margins
