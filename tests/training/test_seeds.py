@@ -10,7 +10,7 @@ import torch
 from accelerate import Accelerator
 
 from hf_longclip.training.arguments import LoopArguments
-from hf_longclip.training.recipe import HubArguments, run_over_seeds
+from hf_longclip.training.runs import HubArguments, run_over_seeds
 from hf_longclip.training.results import format_table, summarize_seeds
 
 RUNS = {  # hand-made results of three seeds
