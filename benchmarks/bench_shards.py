@@ -29,7 +29,6 @@ from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.miniature import BackboneArguments, base_clip_task
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import make_accelerator, train
-from hf_longclip.miniature import BackboneArguments
 
 
 def throughput(workdir: Path, scenes, args) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""A word-level tokenizer trained locally on given texts (e.g. the synthetic scenes'), saved with the models trained on them."""
+"""A word-level tokenizer trained locally on given texts (e.g. the synthetic scenes'), saved with the models trained
+on them."""
 
 from collections.abc import Iterable
 

@@ -184,7 +184,7 @@ def our_task(recipe: str, directory: Path, **options):
     model, _ = convert_checkpoint("longclip", path)
     if recipe == "longclip":
         return LongCLIPTask(model, None, **options)
-    return HiMoCLIPTask(model, None, preset=preset, **options)
+    return HiMoCLIPTask(model, None, preset=recipe, **options)
 
 
 def assert_gradients_match(model, expected: dict) -> float:
