@@ -26,10 +26,9 @@ from common import compare
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.shards import MANIFEST, ShardStream, shard_source, write_shards
 from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.recipes.base_clip import base_clip_task
+from hf_longclip.miniature import BackboneArguments, base_clip_task
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import make_accelerator, train
-from hf_longclip.training.recipe import BackboneArguments
 
 
 def throughput(workdir: Path, scenes, args) -> dict[str, float]:

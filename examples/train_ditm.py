@@ -33,48 +33,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
-from accelerate.utils import DistributedType, set_seed
+from accelerate.utils import DistributedType
 
-from hf_longclip import (
-    DITMModel,
-    DITMProcessor,
-    HiMoCLIPModel,
-    HiMoCLIPProcessor,
-    OneLIPModel,
-    OneLIPProcessor,
-)
-from hf_longclip.recipes import (
-    BackboneArguments,
-    coverage,
-    evaluate_base,
-    infonce_base,
-    load_clip,
-    load_synthetic_scenes,
-    parse_variants,
-    publish,
-    run_over_seeds,
-    start_run,
-    train_variants,
-)
+from hf_longclip.miniature import BackboneArguments, evaluate_base, infonce_base, load_synthetic_scenes
+from hf_longclip.recipes import coverage, method, parse_variants, publish, run_over_seeds, start_run, train_variants
 from hf_longclip.recipes.ditm import (
-    CARD,
+    BACKBONES,
     LOSS_NOTES,
     DescriptivenessScorer,
-    DITMTask,
-    MultiCaptionCollator,
     add_descriptiveness_column,
-    evaluate_hierarchy,
+    base_model_class,
     plot_levels,
+    with_positives,
 )
 
-VSE_MARGIN_DESCRIPTIVENESS = 0.6  # 2 * 0.6 / tau(6) = 0.2, VSE++'s margin
-VARIANTS = {  # name: (fixed VSE++ margin, ordering weight or None for the configured one)
-    "vse++": (True, 0.0),
-    "adaptive": (False, 0.0),
-    "adaptive+order": (False, None),
-}
-BACKBONES = {"ditm": (DITMModel, DITMProcessor), "himo_clip": (HiMoCLIPModel, HiMoCLIPProcessor),
-             "onelip": (OneLIPModel, OneLIPProcessor)}
+DITM = method("ditm")
 TEXT_POSITIONS = 248  # the synthetic captions run past 77 tokens
 METRICS = ("r1_i2t", "r1_t2i", "rsum", "precision", "recall", "d_corr", "d_corr_image")
 BASE = "clip-infonce"
@@ -86,7 +59,8 @@ LOOP_DEFAULTS = dict(output_dir="outputs/ditm", num_train_epochs=2.0, per_device
 
 @dataclass
 class ScriptArguments:
-    variants: str = field(default="vse++,adaptive,adaptive+order", metadata={"help": f"comma list of {list(VARIANTS)}"})
+    variants: str = field(default="vse++,adaptive,adaptive+order",
+                          metadata={"help": f"comma list of {list(DITM.variants)}"})
     backbone: str = field(default="ditm", metadata={"help": f"model trained with the objectives: {list(BACKBONES)}"})
     margin_scale: float = field(default=6.0, metadata={"help": "tau of the adaptive margins (Eq. 4)"})
     order_weight: float = field(default=0.07, metadata={"help": "lambda of the ordering loss (Eq. 7)"})
@@ -102,59 +76,27 @@ class ScriptArguments:
             raise ValueError(f"--backbone must be one of {list(BACKBONES)}, got {self.backbone!r}")
 
 
-def with_positives(dataset):
-    """Each split with `image_id` (row index), `positives` (graded levels 2-4 and the full captions) and, for
-    the vse++ variant, a constant score per positive."""
-    def positives(row, index):
-        texts = row["levels"][1:] + row["captions"]
-        return {"image_id": index, "positives": texts, "vse_descriptiveness": [VSE_MARGIN_DESCRIPTIVENESS] * len(texts)}
-
-    return dataset.map(positives, with_indices=True, remove_columns=["boxes", "subtexts", "sentences"])
-
-
-def build(args: ScriptArguments, base: str, parts: tuple, variant: str, seed: int, warmup_steps: int,
-          trust_remote_code: bool = False):
-    """(task, processor) of `variant`: the chosen backbone built from the base CLIP at `base` (its own code runs
-    only with `trust_remote_code`), its objective."""
-    fixed_margin, order_weight = VARIANTS[variant]
-    order_weight = args.order_weight if order_weight is None else order_weight
-    model_class, processor_class = BACKBONES[args.backbone]
-    set_seed(seed)  # identical initialisation of the new weights (GPO) for every variant
-    clip = load_clip(base, trust_remote_code)
-    if args.backbone == "onelip":  # its RoPE text encoder replaces the position table: any length
-        model = OneLIPModel.from_clip(clip, max_length=TEXT_POSITIONS)
-    else:
-        stretch = clip.config.text_config.max_position_embeddings < TEXT_POSITIONS  # a 77-token CLIP: Long-CLIP's
-        model = model_class.from_clip(clip, stretch_positions=stretch)
-    tokenizer, image_processor = parts
-    processor = processor_class(image_processor=image_processor, tokenizer=tokenizer, max_length=TEXT_POSITIONS)
-    collator = MultiCaptionCollator(
-        processor, args.captions_per_image, caption_column="positives", seed=seed,
-        descriptiveness_column="vse_descriptiveness" if fixed_margin else "descriptiveness")
-    return DITMTask(model, collator, args.margin_scale, order_weight, warmup_steps), processor
-
-
 def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args, lora_args, hub_args, accelerator,
         run_args: dict, scenes, dataset, warmup_steps: int) -> dict[str, dict]:
     """One seed's run: the base InfoNCE CLIP (unless given), every variant fine-tuned from it, Fig. 8, results."""
-    variants = parse_variants(script_args.variants, VARIANTS)
+    variants = parse_variants(script_args.variants, DITM.variants)
     test = scenes["test"]
 
     def evaluate_on_test(model, processor):
-        return evaluate_hierarchy(model, processor, test, loop_args.per_device_eval_batch_size)
+        return DITM.evaluate(model, processor, test, loop_args.per_device_eval_batch_size)
 
     base, results, histories = backbone.init_from_clip, {}, {}
     if base is None:  # the pretrained CLIP the paper starts from, here trained from scratch with InfoNCE, once
-        # DITM's own model as its base: GPO pools from the start, so each variant starts as the base (Sec. IV-C.1)
-        base_class = DITMModel if script_args.backbone == "ditm" else HiMoCLIPModel
         base, histories[BASE] = infonce_base(accelerator, BASE, backbone, dataset, TEXT_POSITIONS, loop_args,
-                                             base_class)
+                                             base_model_class(script_args.backbone))
     parts = replace(backbone, init_from_clip=base).processor_parts(dataset, TEXT_POSITIONS)  # the base's own
     if BASE in histories and accelerator.is_main_process:
         results[BASE] = evaluate_base(accelerator, base, parts, TEXT_POSITIONS, evaluate_on_test)
     adapted, adapted_histories = train_variants(
-        accelerator, variants, lambda variant: build(script_args, base, parts, variant, loop_args.seed, warmup_steps,
-                                                  backbone.trust_remote_code),
+        accelerator, variants, lambda variant: DITM.build_variant(
+            variant, base, parts, seed=loop_args.seed, backbone=script_args.backbone, warmup_steps=warmup_steps,
+            margin_scale=script_args.margin_scale, order_weight=script_args.order_weight,
+            captions_per_image=script_args.captions_per_image, trust_remote_code=backbone.trust_remote_code),
         evaluate_on_test, dataset, loop_args, lora_args, run_args=run_args,
     )
     results.update(adapted)
@@ -168,15 +110,16 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args, lo
                     Path(loop_args.output_dir) / "levels.png",
                     coverage(len(levels), len(levels) * len(levels[0]), "level texts (test split)"))
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
-            card=CARD, hub_args=hub_args, run_args=run_args,
+            card=DITM.card, hub_args=hub_args, run_args=run_args,
             base_model=backbone.init_from_clip, push_variants=variants, loss_notes=LOSS_NOTES)
     return results
 
 
 def main() -> None:
-    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
-        "train_ditm", ScriptArguments, LOOP_DEFAULTS)
-    parse_variants(script_args.variants, VARIANTS)  # fail before any work
+    started = start_run("train_ditm", ScriptArguments, LOOP_DEFAULTS, backbone=BackboneArguments)
+    script_args, backbone, loop_args, accelerator = (started.script_args, started.backbone, started.loop_args,
+                                                     started.accelerator)
+    parse_variants(script_args.variants, DITM.variants)  # fail before any work
     with accelerator.main_process_first():
         scenes = load_synthetic_scenes(seed=script_args.dataset_seed, num_train=script_args.num_train,
                                        num_test=script_args.num_test, image_size=backbone.image_size)
@@ -191,9 +134,9 @@ def main() -> None:
     images_per_step = (loop_args.process_batch_size * accelerator.num_processes
                        * loop_args.gradient_accumulation_steps)
     warmup_steps = int(script_args.ditm_warmup_epochs * len(dataset["train"]) / images_per_step)
-    run_over_seeds(accelerator, loop_args, hub_args,
-                   lambda seed_args: run(script_args, backbone, seed_args, lora_args, hub_args, accelerator, run_args,
-                                         scenes, dataset, warmup_steps),
+    run_over_seeds(accelerator, loop_args, started.hub_args,
+                   lambda seed_args: run(script_args, backbone, seed_args, started.lora_args, started.hub_args,
+                                         accelerator, started.run_args, scenes, dataset, warmup_steps),
                    METRICS, title="train_ditm")
     accelerator.wait_for_everyone()
     accelerator.end_training()

@@ -45,14 +45,12 @@ import torch
 from accelerate.utils import set_seed
 
 from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
+from hf_longclip.miniature import BaseArguments, cached_pretraining, load_synthetic_scenes, scene_corpus
 from hf_longclip.recipes import (
-    BaseArguments,
     ImageTextCollator,
     LoopArguments,
-    cached_pretraining,
     evaluate_text_lengths,
     late_difference_pairs,
-    load_synthetic_scenes,
     publish,
     run_over_seeds,
     start_run,
@@ -67,7 +65,6 @@ from hf_longclip.recipes.fcast import (
     FCASTTask,
     grounding_scores,
     plot_attention_maps,
-    scene_corpus,
     sentence_attention,
     start_from_base,
     train_scene_tokenizer,
@@ -346,8 +343,10 @@ def prepare(args: ScriptArguments, accelerator, loop_args: LoopArguments):
 
 
 def main() -> None:
-    args, _, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
-        "train_fcast", ScriptArguments, LOOP_DEFAULTS, backbone=False)
+    started = start_run("train_fcast", ScriptArguments, LOOP_DEFAULTS)
+    args, loop_args, lora_args, hub_args, accelerator, run_args = (
+        started.script_args, started.loop_args, started.lora_args, started.hub_args, started.accelerator,
+        started.run_args)
     scenes, processors, pairs, bases = prepare(args, accelerator, loop_args)
     needs_superpixels = processors[True].needs_superpixels
     base_results = evaluate_bases(accelerator, bases, processors[False], args, scenes["test"], pairs,

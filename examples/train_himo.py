@@ -4,7 +4,7 @@ them on long captions; or run one of the paper's ablations.
     accelerate launch examples/train_himo.py                       # the paper's setting in miniature, CPU, minutes
     accelerate launch examples/train_himo.py --seeds 0,1,2         # the same over 3 seeds: mean +- std per cell
     accelerate launch examples/train_himo.py --ablation table5     # Table 5 (also table4, table6, table8)
-    accelerate launch examples/train_himo.py --recipe released     # MoLo as the official code trains it
+    accelerate launch examples/train_himo.py --preset released     # MoLo as the official code trains it
     accelerate launch examples/train_himo.py --init_from_clip openai/clip-vit-large-patch14 ...
 
 The paper fine-tunes a pretrained short-caption CLIP. Without `--init_from_clip`, that CLIP is a small CLIP-77
@@ -14,11 +14,11 @@ every variant from scratch instead). Each variant then starts from it and is tra
 steps and optimiser) with its own objective:
   clip-77    77 text positions, global InfoNCE only
   clip-248   Long-CLIP stretching to 248 positions, global InfoNCE only
-  longclip   Long-CLIP's own recipe (248 positions, rows 0-19 frozen): long-caption InfoNCE + the first sentence
+  longclip   Long-CLIP's own fine-tuning (248 positions, rows 0-19 frozen): long-caption InfoNCE + the first sentence
              against the images' first `--pca_components` principal components, label smoothing 0.1
   himo-clip  248 positions, MoLo = global + lambda * HiDe component InfoNCE (HiMo-CLIP Eq. 4)
-  himo-clip-released  (not in the default list) MoLo with the official code's recipe (`--recipe released`)
-`--recipe` sets MoLo's options together: `paper` (Eq. 1-4 as written, the default) or `released` (HiDe per process,
+  himo-clip-released  (not in the default list) MoLo with the official code's choices (`--preset released`)
+`--preset` sets MoLo's options together: `paper` (Eq. 1-4 as written, the default) or `released` (HiDe per process,
 its reconstruction not re-normalised, gathers without gradient, label smoothing 0.1); `--hide_tau`, `--molo_lambda`,
 `--hide_scope`, `--label_smoothing`, `--normalize_components` and `--gather_grad` given explicitly override it
 (`--label_smoothing` also Long-CLIP's 0.1).
@@ -43,52 +43,29 @@ with a model card with `--push_to_hub --hub_model_id ORG/NAME`.
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from accelerate.utils import set_seed
-
-from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
-from hf_longclip.recipes import (
+from hf_longclip.miniature import (
     SHORT_BASE_LENGTH,
     BackboneArguments,
-    FirstSentenceCollator,
-    ImageTextCollator,
-    LongCLIPTask,
-    LoopArguments,
-    coverage,
     evaluate_base,
     load_synthetic_scenes,
+    short_caption_base,
+)
+from hf_longclip.recipes import (
+    coverage,
+    method,
     parse_variants,
     plot_prefix_similarity,
     publish,
     run_over_seeds,
     saved_options,
-    short_caption_base,
     start_run,
     train_variants,
 )
-from hf_longclip.recipes.himo_clip import (
-    CARD,
-    RECIPES,
-    HiMoCLIPTask,
-    evaluate_long_captions,
-)
+from hf_longclip.recipes.himo_clip import ABLATIONS, PRESETS
 
+HIMO = method("himo")
 BASE = "clip-77-base"
-VARIANTS = {  # name: (text positions, MoLo options over the script's, or Long-CLIP's objective)
-    "clip-77": (77, dict(molo_lambda=0.0)),
-    "clip-248": (248, dict(molo_lambda=0.0)),
-    "longclip": (248, dict(objective="longclip")),
-    "himo-clip": (248, {}),
-    "himo-clip-released": (248, dict(recipe="released")),
-}
 MOLO_OPTIONS = ("hide_tau", "molo_lambda", "hide_scope", "label_smoothing", "normalize_components", "gather_grad")
-ABLATIONS = {  # table: {row: MoLo options, or the global batch as a multiple of the default}
-    "table5": {"L_global": dict(molo_lambda=0.0), "L_comp": dict(molo_global=False),
-               "L_global+L_comp^uv": dict(hide_modalities="both"), "L_global+L_comp": {}},
-    "table4": {f"tau={tau}": dict(hide_tau=tau) for tau in (0.8, 0.85, 0.9, 0.95)},
-    "table6": {f"lambda={weight}": dict(molo_lambda=weight) for weight in (0.5, 1.0, 2.0)},
-    "table8": {"batch-x0.5": dict(batch_factor=0.5), "batch-x1": dict(batch_factor=1.0),
-               "batch-x2": dict(batch_factor=2.0)},
-}
 METRICS = ("r1_i2t", "r1_t2i", "himo@2", "himo@3", "himo@k", "ssi")
 LOOP_DEFAULTS = dict(output_dir="outputs/himo", num_train_epochs=2.5)
 
@@ -96,19 +73,19 @@ LOOP_DEFAULTS = dict(output_dir="outputs/himo", num_train_epochs=2.5)
 @dataclass
 class ScriptArguments:
     variants: str = field(default="clip-77,clip-248,longclip,himo-clip",
-                          metadata={"help": f"comma list of {list(VARIANTS)}"})
+                          metadata={"help": f"comma list of {list(HIMO.variants)}"})
     ablation: str | None = field(default=None,
                                  metadata={"help": f"train one ablation's rows instead: {list(ABLATIONS)}"})
-    recipe: str = field(default="paper", metadata={"help": f"MoLo's preset, one of {list(RECIPES)}: 'paper' (Eq. "
+    preset: str = field(default="paper", metadata={"help": f"MoLo's preset, one of {list(PRESETS)}: 'paper' (Eq. "
                                                            "1-4) or 'released' (the official code's); the options "
                                                            "below given explicitly override it"})
     hide_tau: float | None = field(default=None, metadata={"help": "HiDe explained-variance threshold (Sec. 3.2; "
-                                                                   "both recipes: 0.9)"})
+                                                                   "both presets: 0.9)"})
     molo_lambda: float | None = field(default=None, metadata={"help": "MoLo component-loss weight (Eq. 4; both: 1)"})
     hide_scope: str | None = field(default=None, metadata={"help": "'global' (gathered batch, paper) or 'local' "
                                                                    "(per process, released) PCA"})
     label_smoothing: float | None = field(default=None, metadata={
-        "help": "of every cross-entropy (paper: 0; released and Long-CLIP's recipe: 0.1)"})
+        "help": "of every cross-entropy (paper: 0; released and Long-CLIP's fine-tuning: 0.1)"})
     normalize_components: bool | None = field(default=None, metadata={
         "help": "re-normalise HiDe's components (paper: true; released: false, the reconstruction as it is)"})
     gather_grad: bool | None = field(default=None, metadata={
@@ -122,49 +99,42 @@ class ScriptArguments:
     def __post_init__(self):
         if self.ablation is not None and self.ablation not in ABLATIONS:
             raise ValueError(f"--ablation must be one of {list(ABLATIONS)}, got {self.ablation!r}")
-        if self.recipe not in RECIPES:
-            raise ValueError(f"--recipe must be one of {list(RECIPES)}, got {self.recipe!r}")
+        if self.preset not in PRESETS:
+            raise ValueError(f"--preset must be one of {list(PRESETS)}, got {self.preset!r}")
 
     def hide_tau_or_preset(self) -> float:
-        """HiDe's threshold of this run (`--hide_tau`, else the recipe's)."""
-        return self.hide_tau if self.hide_tau is not None else RECIPES[self.recipe]["hide_tau"]
+        """HiDe's threshold of this run (`--hide_tau`, else the preset's)."""
+        return self.hide_tau if self.hide_tau is not None else PRESETS[self.preset]["hide_tau"]
 
-    def rows(self) -> dict[str, tuple[int, dict]]:
-        """{variant: (text positions, options)} of this run: the chosen variants, or the ablation's rows."""
+    def rows(self) -> dict[str, tuple[str, dict]]:
+        """{row: (variant, its options over the script's)} of this run: the chosen variants, or the ablation's rows
+        (himo-clip with each row's options)."""
         if self.ablation:
-            return {row: (248, options) for row, options in ABLATIONS[self.ablation].items()}
-        return {variant: VARIANTS[variant] for variant in parse_variants(self.variants, VARIANTS)}
+            return {row: ("himo-clip", options) for row, options in ABLATIONS[self.ablation].items()}
+        return {variant: (variant, {}) for variant in parse_variants(self.variants, HIMO.variants)}
+
+    def options(self) -> dict:
+        """MoLo's options of this run: the preset and those given explicitly."""
+        return {"preset": self.preset, **{name: getattr(self, name) for name in MOLO_OPTIONS
+                                          if getattr(self, name) is not None}}
 
 
-def build(args: ScriptArguments, backbone: BackboneArguments, dataset, positions: int, options: dict,
-          seed: int) -> tuple[HiMoCLIPTask, HiMoCLIPProcessor]:
-    options = {key: value for key, value in options.items() if key != "batch_factor"}
-    set_seed(seed)  # identical initialisation for every variant
-    tokenizer, image_processor = backbone.processor_parts(dataset, positions)
-    if backbone.init_from_clip:
-        model = HiMoCLIPModel.from_clip(backbone.init_from_clip, stretch_positions=positions > 77,
-                                        trust_remote_code=backbone.trust_remote_code)
-    else:
-        model = HiMoCLIPModel(HiMoCLIPConfig(**backbone.scratch_towers(tokenizer, positions)))
-    processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=positions)
-    if options.pop("objective", None) == "longclip":
-        smoothing = {} if args.label_smoothing is None else dict(label_smoothing=args.label_smoothing)
-        return LongCLIPTask(model, FirstSentenceCollator(processor), args.pca_components, **smoothing), processor
-    given = {name: getattr(args, name) for name in MOLO_OPTIONS if getattr(args, name) is not None}
-    return HiMoCLIPTask(model, ImageTextCollator(processor), **{"recipe": args.recipe, **given, **options}), processor
-
-
-def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArguments, lora_args, hub_args,
-        accelerator, run_args: dict, dataset) -> dict[str, dict]:
+def run(args: ScriptArguments, backbone: BackboneArguments, loop_args, lora_args, hub_args, accelerator,
+        run_args: dict, dataset) -> dict[str, dict]:
     """One seed's run: the base (built or reused), every row fine-tuned from it and evaluated, plots, results."""
     rows = args.rows()
-    batch_size = loop_args.per_device_eval_batch_size
     global_batch = loop_args.process_batch_size * accelerator.num_processes
 
     def evaluate(model, processor):
-        return evaluate_long_captions(model, processor, dataset["test"], batch_size,
-                                      hide_tau=saved_options(model).get("hide_tau", args.hide_tau_or_preset()),
-                                      hide_batch_size=global_batch)
+        return HIMO.evaluate(model, processor, dataset["test"], loop_args.per_device_eval_batch_size,
+                             hide_tau=saved_options(model).get("hide_tau", args.hide_tau_or_preset()),
+                             hide_batch_size=global_batch)
+
+    def build(row):
+        variant, options = rows[row]
+        start, parts = backbone.start(dataset, HIMO.variants[variant]["positions"])
+        return HIMO.build_variant(variant, start, parts, seed=loop_args.seed, pca_components=args.pca_components,
+                                  trust_remote_code=backbone.trust_remote_code, **{**args.options(), **options})
 
     results, histories, given_base = {}, {}, backbone.init_from_clip
     if backbone.init_from_clip is None and backbone.base_steps > 0:
@@ -182,10 +152,8 @@ def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArgum
         else:
             row_args = replace(loop_args,
                                per_device_train_batch_size=round(loop_args.per_device_train_batch_size * factor))
-        trained, trained_histories = train_variants(
-            accelerator, chosen, lambda row: build(args, backbone, dataset, *rows[row], loop_args.seed), evaluate,
-            dataset, row_args, lora_args, run_args=run_args,
-        )
+        trained, trained_histories = train_variants(accelerator, chosen, build, evaluate, dataset, row_args,
+                                                    lora_args, run_args=run_args)
         results.update(trained)
         histories.update(trained_histories)
     if accelerator.is_main_process:
@@ -194,8 +162,7 @@ def run(args: ScriptArguments, backbone: BackboneArguments, loop_args: LoopArgum
                                Path(loop_args.output_dir) / "prefix_similarity.png",
                                coverage(first["num_images"], first["num_prefixes"], "caption prefixes (test split)"))
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=metrics(args),
-            card=CARD, hub_args=hub_args, run_args=run_args,
-            base_model=given_base, push_variants=list(rows))
+            card=HIMO.card, hub_args=hub_args, run_args=run_args, base_model=given_base, push_variants=list(rows))
     return results
 
 
@@ -204,20 +171,19 @@ def metrics(args: ScriptArguments) -> tuple[str, ...]:
 
 
 def main() -> None:
-    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
-        "train_himo", ScriptArguments, LOOP_DEFAULTS)
+    started = start_run("train_himo", ScriptArguments, LOOP_DEFAULTS, backbone=BackboneArguments)
+    args, backbone, loop_args, accelerator = (started.script_args, started.backbone, started.loop_args,
+                                              started.accelerator)
     with accelerator.main_process_first():
-        dataset = load_synthetic_scenes(
-            seed=script_args.dataset_seed, num_train=script_args.num_train, num_test=script_args.num_test,
-            image_size=backbone.image_size,
-        )
-    name = script_args.ablation or "summary"
-    if script_args.ablation:
-        loop_args = replace(loop_args, output_dir=str(Path(loop_args.output_dir) / script_args.ablation))
-    run_over_seeds(accelerator, loop_args, hub_args,
-                   lambda seed_args: run(script_args, backbone, seed_args, lora_args, hub_args, accelerator,
-                                         run_args, dataset),
-                   metrics(script_args), name=name, title=f"train_himo: {name}")
+        dataset = load_synthetic_scenes(seed=args.dataset_seed, num_train=args.num_train, num_test=args.num_test,
+                                        image_size=backbone.image_size)
+    name = args.ablation or "summary"
+    if args.ablation:
+        loop_args = replace(loop_args, output_dir=str(Path(loop_args.output_dir) / args.ablation))
+    run_over_seeds(accelerator, loop_args, started.hub_args,
+                   lambda seed_args: run(args, backbone, seed_args, started.lora_args, started.hub_args, accelerator,
+                                         started.run_args, dataset),
+                   metrics(args), name=name, title=f"train_himo: {name}")
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

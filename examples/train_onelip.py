@@ -64,21 +64,18 @@ from hf_longclip import (
     OneLIPModel,
     OneLIPProcessor,
 )
+from hf_longclip.miniature import BackboneArguments, evaluate_base, load_synthetic_scenes, short_caption_base
 from hf_longclip.recipes import (
-    BackboneArguments,
     FirstSentenceCollator,
     ImageTextCollator,
     LongCLIPTask,
     LoopArguments,
-    evaluate_base,
     evaluate_text_lengths,
     late_difference_pairs,
     load_clip,
-    load_synthetic_scenes,
     parse_variants,
     publish,
     run_over_seeds,
-    short_caption_base,
     start_run,
     train_variants,
     warn_synthetic_fine_tuning,
@@ -376,8 +373,11 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args: Lo
 
 
 def main() -> None:
-    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = start_run(
-        "train_onelip", ScriptArguments, {**LOOP_DEFAULTS, **BACKBONE_DEFAULTS})
+    started = start_run("train_onelip", ScriptArguments, {**LOOP_DEFAULTS, **BACKBONE_DEFAULTS},
+                        backbone=BackboneArguments)
+    script_args, backbone, loop_args, lora_args, hub_args, accelerator, run_args = (
+        started.script_args, started.backbone, started.loop_args, started.lora_args, started.hub_args,
+        started.accelerator, started.run_args)
     parse_variants(script_args.variants, [*VARIANTS, "tulip", *TABLE4])  # fail before any work
     warn_synthetic_fine_tuning(script_args.base_checkpoint, loop_args)
     with accelerator.main_process_first():

@@ -1,6 +1,7 @@
-"""The import graph points one way: examples and the CLI -> the harness (recipes and integrations, then training and
-evaluation, then objectives, data, metrics) -> the models -> the shared modelling code. Read from the source's
-imports (every `import` statement, nested ones included), so a wrong arrow fails here before anyone imports it."""
+"""The import graph points one way: examples and the CLI -> the harness (recipes, miniature and integrations, then
+training and evaluation, then objectives, data, metrics) -> the models -> the shared modelling code. Read from the
+source's imports (every `import` statement, nested ones included), so a wrong arrow fails here before anyone imports
+it."""
 
 import ast
 import sys
@@ -18,7 +19,7 @@ LAYERS = {
     "objectives": 2, "metrics": 2, "data": 2, "fileio": 2, "plots": 2,
     "evaluation": 3, "training": 3,
     # the adapters to other tools: CLIP_benchmark's and MTEB's run our evaluation's loading and encoding
-    "recipes": 4, "integrations": 4,
+    "recipes": 4, "miniature": 4, "integrations": 4,
     "demo": 5, "cli": 5, "__init__": 5,
 }
 # what the model layer may import besides the standard library and itself (issue: a lean install); cv2/skimage only
@@ -107,9 +108,10 @@ def test_a_model_folder_holds_its_architecture_and_converter_only():
 
 
 def test_the_scripts_import_only_the_public_harness():
-    """examples/train_<arch>.py import `hf_longclip` (the models), `hf_longclip.recipes` (the shared harness) and
-    recipe folders' public names (`hf_longclip.recipes.<arch>`), never a module inside the harness."""
-    public = {"hf_longclip", "hf_longclip.recipes"}
+    """examples/train_<arch>.py import `hf_longclip` (the models), `hf_longclip.recipes` (the shared harness),
+    `hf_longclip.miniature` (the synthetic scenes' scaffolding) and recipe folders' public names
+    (`hf_longclip.recipes.<arch>`), never a module inside the harness."""
+    public = {"hf_longclip", "hf_longclip.recipes", "hf_longclip.miniature"}
     for script in sorted(EXAMPLES.glob("train_*.py")):
         for node in ast.walk(ast.parse(script.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hf_longclip"):

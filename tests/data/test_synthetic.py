@@ -19,7 +19,8 @@ from hf_longclip.data.synthetic import (
     render_scene,
     sample_scene,
 )
-from hf_longclip.data.tokenizer import SPECIAL_TOKENS, scene_corpus, train_scene_tokenizer
+from hf_longclip.data.tokenizer import SPECIAL_TOKENS, train_scene_tokenizer
+from hf_longclip.miniature import scene_corpus
 
 SMALL = dict(num_train=64, num_validation=16, num_test=32)
 CLIP_POSITIONS = 77

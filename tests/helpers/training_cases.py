@@ -36,7 +36,7 @@ def himo(directory: Path):
 def himo_released(directory: Path):
     """MoLo with the official code's recipe: HiDe per process, components as reconstructed, gathers without gradient."""
     task, rows = himo(directory)
-    return himo_task(task.model, task.collate_fn, recipe="released"), rows
+    return himo_task(task.model, task.collate_fn, preset="released"), rows
 
 
 def longclip(directory: Path):

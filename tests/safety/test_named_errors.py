@@ -14,7 +14,7 @@ from helpers.builders import CAPTIONS, random_images, tiny_clip, tiny_himo, tiny
 from hf_longclip import OneLIPModel, OneLIPProcessor
 from hf_longclip.evaluation import load_model
 from hf_longclip.metrics import METRIC_NAMES, load
-from hf_longclip.recipes.base_clip import load_clip
+from hf_longclip.training.runs import load_clip
 
 
 def test_onelip_forward_warns_nothing(caplog):

@@ -17,12 +17,12 @@ from helpers.fresh_process import run_python_offline
 from hf_longclip import DITMModel, HiMoCLIPModel, OneLIPModel
 from hf_longclip.cli import main
 from hf_longclip.evaluation import load_model
-from hf_longclip.recipes.base_clip import load_clip
+from hf_longclip.miniature import BackboneArguments
 from hf_longclip.training.arguments import FREE_ON_RESUME, LoopArguments
 from hf_longclip.training.checkpoint import STATE_FILE, list_checkpoints
 from hf_longclip.training.loop import train
 from hf_longclip.training.lora import LoraArguments
-from hf_longclip.training.recipe import BackboneArguments, HubArguments, check_output_dir, train_variants
+from hf_longclip.training.runs import HubArguments, check_output_dir, load_clip, train_variants
 from hf_longclip.training.task import Task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ bundle_class.from_clip(paths["bundle"], trust_remote_code=True)
 from hf_longclip import HiMoCLIPModel
 from hf_longclip.cli import main
 from hf_longclip.evaluation import load_model
-from hf_longclip.recipes.base_clip import load_clip
+from hf_longclip.training.runs import load_clip
 main(["eval", "--model", paths["cli"], "--trust-remote-code", "--dataset", "synthetic", "--max-samples", "2",
       "--tasks", "retrieval", "--output-dir", "eval", "--data-dir", "scenes"])
 models = [HiMoCLIPModel.from_clip(paths["from_clip"], trust_remote_code=True),

@@ -15,7 +15,8 @@ from transformers import CLIPImageProcessorPil
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
 from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
+from hf_longclip.data.tokenizer import train_scene_tokenizer
+from hf_longclip.miniature import scene_corpus
 from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import make_accelerator, save_model, train

@@ -15,7 +15,7 @@ from hf_longclip.data.collate import ImageTextCollator
 from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.lora import LoraArguments
-from hf_longclip.training.recipe import train_variants
+from hf_longclip.training.runs import train_variants
 
 ROWS = [{"image": image, "caption": caption} for image, caption in zip(random_images(len(CAPTIONS)), CAPTIONS)]
 

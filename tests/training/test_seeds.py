@@ -10,8 +10,8 @@ import torch
 from accelerate import Accelerator
 
 from hf_longclip.training.arguments import LoopArguments
-from hf_longclip.training.recipe import HubArguments, run_over_seeds
 from hf_longclip.training.results import format_table, summarize_seeds
+from hf_longclip.training.runs import HubArguments, run_over_seeds
 
 RUNS = {  # hand-made results of three seeds
     0: {"clip": {"r1": 40.0, "himo@k": 0.80}, "himo": {"r1": 42.0, "himo@k": 0.90}},

@@ -1,15 +1,13 @@
-"""A word-level tokenizer trained locally on the synthetic scenes, saved with the models trained on them."""
+"""A word-level tokenizer trained locally on given texts (e.g. the synthetic scenes'), saved with the models trained
+on them."""
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
-import datasets
 from tokenizers import Tokenizer, normalizers, pre_tokenizers
 from tokenizers.models import WordLevel
 from tokenizers.processors import TemplateProcessing
 from tokenizers.trainers import WordLevelTrainer
 from transformers import PreTrainedTokenizerFast
-
-from .synthetic import generator_texts
 
 BOS, EOS, PAD, UNK = "<|startoftext|>", "<|endoftext|>", "<|pad|>", "<|unk|>"
 SPECIAL_TOKENS = {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD, "unk_token": UNK}  # ids 0, 1, 2, 3
@@ -36,12 +34,3 @@ def train_scene_tokenizer(texts: Iterable[str], model_max_length: int = 248) -> 
         special_tokens=[(BOS, backend.token_to_id(BOS)), (EOS, backend.token_to_id(EOS))],
     )
     return PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=model_max_length, **SPECIAL_TOKENS)
-
-
-def scene_corpus(dataset_dict: datasets.DatasetDict) -> Iterator[str]:
-    """The generator's fixed vocabulary, then every caption, level and distractor of the train split only."""
-    yield from generator_texts()
-    for row in dataset_dict["train"].select_columns(["caption", "levels", "distractor"]):
-        yield row["caption"]
-        yield from row["levels"]
-        yield row["distractor"]

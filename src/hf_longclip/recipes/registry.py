@@ -155,6 +155,11 @@ class Method:
     - `plan_notes(options) -> list[str]`: what a memory plan of it assumes, besides the loop's assumptions.
     - `script`, `variants` (name -> the options its script builds that variant with), `card` (the Hub card's
       information) and `evaluate` (its miniature evaluation), where it has them.
+    - `build_variant(variant, start, processor, **options) -> (task, processor)`: what its script trains as
+      `variant` (a name of `variants`, whose options override `options`: the script's arguments of the method, an
+      ablation row's): the model started from `start` (a checkpoint, or the keyword arguments of a config from
+      scratch: the miniature's towers), reading `processor` (the processor or the parts it is made of, as the
+      method's function says), with its task and collator; the processor it reads is returned with it.
     """
 
     name: str
@@ -168,6 +173,7 @@ class Method:
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     card: Any = None
     evaluate: Callable | None = None
+    build_variant: Callable[..., tuple[Any, Any]] | None = None
     aliases: tuple[str, ...] = ()
     options_used: tuple[str, ...] = ()
 

@@ -1,5 +1,5 @@
 """Two runs wanting the same cached base at once: one builds it, the other waits for the build to end (and then
-finds it), instead of both training it with their own numerics (`hf_longclip.training.recipe.one_builder`, a file lock).
+finds it), instead of both training it with their own numerics (`hf_longclip.miniature.one_builder`, a file lock).
 Two real processes, each with its own Accelerator."""
 
 import subprocess
@@ -14,7 +14,7 @@ RUN = """
 import sys, time
 from pathlib import Path
 from accelerate import Accelerator
-from hf_longclip.training.recipe import one_builder
+from hf_longclip.miniature import one_builder
 
 root = Path(sys.argv[1])
 with one_builder(Accelerator(cpu=True), root):

@@ -8,26 +8,26 @@ import torch.nn.functional as F
 
 from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from hf_longclip.objectives import LongCLIPLoss, contrastive_loss, principal_component_reconstruction
-from hf_longclip.recipes.himo_clip.task import RECIPES, HiMoCLIPTask
+from hf_longclip.recipes.himo_clip.task import PRESETS, HiMoCLIPTask
 from hf_longclip.recipes.longclip import FirstSentenceCollator, LongCLIPTask, first_sentence
 
 
 def test_paper_recipe_is_the_default():
-    assert HiMoCLIPTask(tiny_himo(), None).options() == RECIPES["paper"]
+    assert HiMoCLIPTask(tiny_himo(), None).options() == PRESETS["paper"]
 
 
 def test_released_recipe_sets_the_official_choices_and_given_options_override_it():
-    options = HiMoCLIPTask(tiny_himo(), None, recipe="released").options()
+    options = HiMoCLIPTask(tiny_himo(), None, preset="released").options()
     assert options == dict(hide_tau=0.9, molo_lambda=1.0, hide_scope="local", label_smoothing=0.1,
                            hide_modalities="text", molo_global=True, normalize_components=False, gather_grad=False)
-    overridden = HiMoCLIPTask(tiny_himo(), None, recipe="released", hide_tau=0.85, gather_grad=True).options()
+    overridden = HiMoCLIPTask(tiny_himo(), None, preset="released", hide_tau=0.85, gather_grad=True).options()
     assert overridden == {**options, "hide_tau": 0.85, "gather_grad": True}
     assert HiMoCLIPTask(tiny_himo(), None, label_smoothing=0.1).options()["label_smoothing"] == 0.1
 
 
-@pytest.mark.parametrize("bad, match", [(dict(recipe="official"), "recipe must be one of"),
-                                        (dict(recipe="released", label_smoothing=1.0), "label_smoothing"),
-                                        (dict(recipe="released", hide_scope="batch"), "hide_scope")])
+@pytest.mark.parametrize("bad, match", [(dict(preset="official"), "preset must be one of"),
+                                        (dict(preset="released", label_smoothing=1.0), "label_smoothing"),
+                                        (dict(preset="released", hide_scope="batch"), "hide_scope")])
 def test_bad_recipe_options_are_named(bad, match):
     with pytest.raises(ValueError, match=match):
         HiMoCLIPTask(tiny_himo(), None, **bad)

@@ -1,4 +1,4 @@
-"""HiMo-CLIP's released recipe (`HiMoCLIPTask(recipe="released")`) and its baseline, Long-CLIP's fine-tuning
+"""HiMo-CLIP's released preset (`HiMoCLIPTask(preset="released")`) and its baseline, Long-CLIP's fine-tuning
 (`LongCLIPTask`), against the official training forwards transcribed below, on a random Long-CLIP release converted
 by the `longclip` converter: one batch, the loss within 1e-5 and every gradient within 1e-4 relative, in 1 and in 2
 gloo processes (this file is also the per-rank script).
@@ -184,7 +184,7 @@ def our_task(recipe: str, directory: Path, **options):
     model, _ = convert_checkpoint("longclip", path)
     if recipe == "longclip":
         return LongCLIPTask(model, None, **options)
-    return HiMoCLIPTask(model, None, recipe=recipe, **options)
+    return HiMoCLIPTask(model, None, preset=recipe, **options)
 
 
 def assert_gradients_match(model, expected: dict) -> float:

@@ -45,7 +45,7 @@ def test_accelerate_launch_train_himo_end_to_end(tmp_path):
 
     # the base: pretrained once on first sentences, cached, and the variants start from its weights
     (base,) = (tmp_path / "bases").glob("clip77-*/clip-77")
-    assert json.loads((base.parent / "recipe.json").read_text())["steps"] == 2
+    assert json.loads((base.parent / "base.json").read_text())["steps"] == 2
     base_weights = load_file(base / "model.safetensors")
     clip77_history = json.loads((base.parent / "eval" / "clip-77.json").read_text())["history"]
     assert [h["step"] for h in clip77_history] == [1, 2]

@@ -89,7 +89,8 @@ def test_recall_by_text_treats_images_sharing_a_text_as_one_class():
 
 def test_late_difference_pairs_keep_the_pairs_equal_on_their_first_tokens():
     from hf_longclip.data.synthetic import load_synthetic_scenes
-    from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
+    from hf_longclip.data.tokenizer import train_scene_tokenizer
+    from hf_longclip.miniature import scene_corpus
 
     scenes = load_synthetic_scenes(num_train=16, num_test=24, image_size=32)
     tokenizer = train_scene_tokenizer(scene_corpus(scenes), model_max_length=77)

@@ -20,8 +20,7 @@ from helpers.hub import TOKEN, hub_env
 from helpers.launch import CONFIGS, accelerate_launch, kill_when_written, needs_deepspeed, run, script_env, weights
 from hf_longclip import HiMoCLIPModel, OneLIPModel
 from hf_longclip.data.synthetic import load_synthetic_scenes
-from hf_longclip.recipes.base_clip import base_clip_task
-from hf_longclip.training.recipe import BackboneArguments
+from hf_longclip.miniature import BackboneArguments, base_clip_task
 from hf_longclip.training.task import saved_options
 
 SCENES = dict(num_train=64, num_test=24, image_size=32)

@@ -55,6 +55,21 @@ def plot_segment_hierarchies(rows: Sequence[tuple], path: str | Path, title: str
     return save_figure(fig, path)
 
 
+@torch.no_grad()
+def plot_hierarchy(model, processor, rows, path: Path, count: int = 2) -> None:
+    """CAST's (`CASTForImageClassification`'s) segmentation of the first `count` images of `rows` at every level
+    (superpixels, then each graph pooling), one row per image in one PNG."""
+    model.eval()
+    device = next(model.parameters()).device
+    figure_rows = []
+    for index in range(count):
+        image = rows[index]["image"]
+        inputs = processor([image])
+        out = model.cast(inputs["pixel_values"].to(device), inputs["superpixels"].to(device))
+        figure_rows.append((processor.crop(image), inputs["superpixels"][0], [a[0].cpu() for a in out.assignments]))
+    plot_segment_hierarchies(figure_rows, path, title=f"CAST fine-to-coarse segments of {count} test images")
+
+
 def _segments_in_mean_colour(pixels: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """(H, W, 3) uint8: each segment of `labels` filled with its mean colour in `pixels`, outlined in white."""
     flat = labels.ravel()

@@ -3,7 +3,7 @@ bases, the grounding evaluation and figures, the Hub card information, and readi
 text encoder."""
 
 from hf_longclip.data.superpixels import with_superpixels
-from hf_longclip.data.tokenizer import scene_corpus, train_scene_tokenizer
+from hf_longclip.data.tokenizer import train_scene_tokenizer
 from hf_longclip.recipes.fcast.card import CARD
 from hf_longclip.recipes.fcast.diagnostics import sub_caption_similarity, term_readings
 from hf_longclip.recipes.fcast.evaluation import grounding_scores, sentence_attention
@@ -12,5 +12,5 @@ from hf_longclip.recipes.fcast.plots import plot_attention_maps
 from hf_longclip.recipes.fcast.task import FCASTCollator, FCASTPretrainingTask, FCASTTask, start_from_base
 
 __all__ = ["CARD", "METHODS", "FCASTCollator", "FCASTPretrainingTask", "FCASTTask", "grounding_scores",
-           "plot_attention_maps", "scene_corpus", "sentence_attention", "start_from_base", "sub_caption_similarity",
+           "plot_attention_maps", "sentence_attention", "start_from_base", "sub_caption_similarity",
            "term_readings", "train_scene_tokenizer", "with_superpixels"]

@@ -1,5 +1,5 @@
 """HiMo-CLIP's training task: MoLo (Eq. 4) over the global batch, HiDe's in-batch PCA of the text embeddings, with
-the paper's formula or the official code's recipe. Its baseline, Long-CLIP's fine-tuning, is
+the paper's formula or the official code's choices (`PRESETS`). Its baseline, Long-CLIP's fine-tuning, is
 `hf_longclip.recipes.longclip.LongCLIPTask`."""
 
 from collections.abc import Callable
@@ -9,11 +9,11 @@ from torch import nn
 from hf_longclip.objectives.himo_clip import HIDE_MODALITIES, HIDE_SCOPES, MoLoLoss
 from hf_longclip.recipes.longclip import KeptPositionsTask
 
-# MoLo's options of each recipe. "paper": Eq. 1-4 as written. "released": what the official training computes
+# MoLo's options of each preset. "paper": Eq. 1-4 as written. "released": what the official training computes
 # (github.com/UnicomAI/HiMo-CLIP, model/model_himo.py `CLIP.forward` and train/run_scripts/run_train.sh at commit
 # f235e973a29014e640ef437ccf02b334d3a4bef6): HiDe per process with pca_ratio 0.9, its reconstruction scored as it is
 # (mean added back, not re-normalised), the gathered features without gradient, label smoothing 0.1, lambda 1.
-RECIPES = {
+PRESETS = {
     "paper": dict(hide_tau=0.9, molo_lambda=1.0, hide_scope="global", label_smoothing=0.0, hide_modalities="text",
                   molo_global=True, normalize_components=True, gather_grad=True),
     "released": dict(hide_tau=0.9, molo_lambda=1.0, hide_scope="local", label_smoothing=0.1, hide_modalities="text",
@@ -25,8 +25,8 @@ class HiMoCLIPTask(KeptPositionsTask):
     """A HiMo-CLIP (or any dual encoder) trained with `MoLoLoss`; `molo_lambda=0` is plain CLIP training with the
     global InfoNCE alone (the CLIP-77 / CLIP-248 baselines).
 
-    recipe: "paper" (Eq. 1-4 as written, the default) or "released" (the official training's choices, see
-        `RECIPES` and docs/models/himo_clip.md): sets every option below that is not given; a given one overrides it.
+    preset: "paper" (Eq. 1-4 as written, the default) or "released" (the official training's choices, see
+        `PRESETS` and docs/models/himo_clip.md): sets every option below that is not given; a given one overrides it.
     hide_tau: HiDe's explained-variance threshold tau (Sec. 3.2): m is the smallest number of principal components
         whose cumulative explained variance reaches it.
     molo_lambda: weight lambda of the component loss (Eq. 4).
@@ -48,13 +48,13 @@ class HiMoCLIPTask(KeptPositionsTask):
     def __init__(self, model: nn.Module, collate_fn: Callable, hide_tau: float | None = None,
                  molo_lambda: float | None = None, hide_scope: str | None = None, label_smoothing: float | None = None,
                  hide_modalities: str | None = None, molo_global: bool | None = None,
-                 normalize_components: bool | None = None, gather_grad: bool | None = None, recipe: str = "paper"):
-        if recipe not in RECIPES:
-            raise ValueError(f"recipe must be one of {list(RECIPES)}, got {recipe!r}")
+                 normalize_components: bool | None = None, gather_grad: bool | None = None, preset: str = "paper"):
+        if preset not in PRESETS:
+            raise ValueError(f"preset must be one of {list(PRESETS)}, got {preset!r}")
         given = dict(hide_tau=hide_tau, molo_lambda=molo_lambda, hide_scope=hide_scope,
                      label_smoothing=label_smoothing, hide_modalities=hide_modalities, molo_global=molo_global,
                      normalize_components=normalize_components, gather_grad=gather_grad)
-        options = {**RECIPES[recipe], **{name: value for name, value in given.items() if value is not None}}
+        options = {**PRESETS[preset], **{name: value for name, value in given.items() if value is not None}}
         if not 0.0 < options["hide_tau"] <= 1.0:
             raise ValueError(f"hide_tau must be in (0, 1], got {options['hide_tau']}")
         if options["molo_lambda"] < 0:
@@ -80,4 +80,4 @@ class HiMoCLIPTask(KeptPositionsTask):
                     gather_grad=objective.gather_grad)
 
 
-__all__ = ["RECIPES", "HiMoCLIPTask"]
+__all__ = ["PRESETS", "HiMoCLIPTask"]

@@ -3,21 +3,20 @@ LoRA, train, merge, save atomically, reload the saved checkpoint through `AutoMo
 what is evaluated is what users load), evaluate; then write `results.json` and the loss curves, print the table and
 push each checkpoint with its model card.
 
-    results, histories = train_variants(accelerator, variants, build, evaluate, dataset, loop_args, lora_args)
-    publish(accelerator, results, histories, ...)
+    run = start_run("train_x", ScriptArguments, LOOP_DEFAULTS, backbone=BackboneArguments)
+    results, histories = train_variants(run.accelerator, variants, build, evaluate, dataset, run.loop_args, ...)
+    publish(run.accelerator, results, histories, ...)
 
-A script keeps only what is its model's own: how to build each variant, how to evaluate it, its card template and
-card info (from the model's package), and its own plots. `run_over_seeds` repeats a script's whole run for each
-seed of `--seeds` and reports every table cell as mean +- std (`hf_longclip.training.results`).
+A script keeps only what is its own: its arguments, its data, and the method it trains (`hf_longclip.recipes`:
+how each variant is built and evaluated, its card, its plots). `run_over_seeds` repeats a script's whole run for
+each seed of `--seeds` and reports every table cell as mean +- std (`hf_longclip.training.results`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,12 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from accelerate.logging import get_logger
-from filelock import FileLock, Timeout
-from transformers import (
-    AutoImageProcessor,
-    AutoModel,
-    AutoTokenizer,
-    CLIPImageProcessorPil,
-    HfArgumentParser,
-)
+from transformers import AutoModel, HfArgumentParser
 
-from ..data.tokenizer import scene_corpus, train_scene_tokenizer
-from ..fileio import write_atomic
+from ..fileio import naming_damaged_weights, write_atomic
+from ..modeling_common.dual_encoder import load_clip_model
 from ..plots import plot_loss_curves, plot_seed_summary
-from .arguments import NO_TOWER_LOCKS, LoopArguments, run_signature
+from .arguments import LoopArguments, run_signature
 from .checkpoint import (
     ARGUMENTS,
     check_arguments,
@@ -74,91 +66,27 @@ class HubArguments:
 
 
 @dataclass
-class BaseArguments:
-    """The small base that a script's variants fine-tune when no pretrained model is given: pretrained once from
-    scratch on the synthetic scenes and cached (`cached_pretraining`)."""
+class Run:
+    """What `start_run` gives a script: its own arguments (`script_args`), where its towers come from (`backbone`,
+    None for a script whose own arguments describe its models), the loop's, LoRA's and the Hub's arguments, the
+    accelerator with its trackers started, and `run_args`, every argument by name (for trackers, checkpoints and
+    model cards)."""
 
-    base_steps: int = field(default=300, metadata={
-        "help": "without --init_from_clip: optimizer steps of the small base pretrained from scratch on the scenes "
-                "(global contrastive loss) that the variants fine-tune; 0: train_himo and train_fcast train their "
-                "variants from scratch"})
-    base_learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate of that base"})
-    base_sentences: int = field(default=2, metadata={
-        "help": "the short captions of the short-caption base: the first N sentences of each training caption (2: "
-                "the scene and its largest object; the first sentence alone names only the count and background)"})
-    base_seed: int = field(default=0, metadata={"help": "seed of that base (fixed across --seeds: the variance "
-                                                        "measured is the fine-tuning's)"})
-    base_cache_dir: str = field(default="outputs/bases", metadata={
-        "help": "where the pretrained bases are cached (train_himo and train_onelip's short-caption CLIP-77, "
-                "train_ditm's), one directory per (data, towers, recipe), and reused by every later run"})
-
-    def pretraining_loop(self, loop_args: LoopArguments, **overrides) -> LoopArguments:
-        """`loop_args` with the base's steps, learning rate and seed, every parameter at that rate and no tower
-        locked (a base from scratch trains both towers)."""
-        return replace(loop_args, max_steps=self.base_steps, learning_rate=self.base_learning_rate,
-                       seed=self.base_seed, lr_multipliers="", layer_decay=1.0, **{**NO_TOWER_LOCKS, **overrides})
-
-    def short_captions(self, dataset) -> dict:
-        """The train and validation splits of the scenes with `caption` their first `base_sentences` sentences: the
-        short captions a short-caption base is pretrained on."""
-        return {split: dataset[split].map(lambda row: {"caption": " ".join(row["sentences"][:self.base_sentences])})
-                for split in ("train", "validation")}
+    script_args: Any
+    backbone: Any
+    loop_args: LoopArguments
+    lora_args: LoraArguments
+    hub_args: HubArguments
+    accelerator: Accelerator
+    run_args: dict
 
 
-@dataclass
-class BackboneArguments(BaseArguments):
-    """Where a script's CLIP towers come from: a CLIP checkpoint, or a small model from scratch on the synthetic
-    scenes (with a tokenizer trained on their texts)."""
-
-    init_from_clip: str | None = field(
-        default=None, metadata={"help": "CLIPModel Hub id or directory to start from; None: a small model from scratch"}
-    )
-    trust_remote_code: bool = field(default=False, metadata={
-        "help": "run the code a checkpoint given by name ships (--init_from_clip, --base_checkpoint) if it needs its "
-                "own; off: only transformers' classes and the library's load (docs/safety.md)"})
-    image_size: int = field(default=64, metadata={"help": "side in pixels of the synthetic images and of the "
-                                                          "scratch model's input"})
-    hidden_size: int = field(default=128, metadata={"help": "width of both encoders when training from scratch"})
-    num_layers: int = field(default=2, metadata={"help": "transformer layers of each encoder when training from "
-                                                         "scratch"})
-    num_heads: int = field(default=4, metadata={"help": "attention heads of each layer when training from scratch"})
-    patch_size: int = field(default=8, metadata={"help": "vision patch side in pixels when training from scratch"})
-
-    def processor_parts(self, dataset, positions: int):
-        """(tokenizer, image processor): the checkpoint's, or a tokenizer trained on `dataset`'s texts with
-        `positions` positions and a CLIP image processor at `image_size`."""
-        if self.init_from_clip:
-            return (AutoTokenizer.from_pretrained(self.init_from_clip, trust_remote_code=self.trust_remote_code),
-                    AutoImageProcessor.from_pretrained(self.init_from_clip, trust_remote_code=self.trust_remote_code))
-        size = self.image_size
-        return (train_scene_tokenizer(scene_corpus(dataset), model_max_length=positions),
-                CLIPImageProcessorPil(size={"shortest_edge": size}, crop_size={"height": size, "width": size}))
-
-    def scratch_towers_key(self) -> dict:
-        """What sets the shape of a model from scratch (for cache keys)."""
-        return {name: getattr(self, name) for name in ("image_size", "hidden_size", "num_layers", "num_heads",
-                                                       "patch_size")}
-
-    def scratch_towers(self, tokenizer, positions: int) -> dict:
-        """`text_config`, `vision_config` and `projection_dim` of a small CLIP-like model from scratch."""
-        width = dict(hidden_size=self.hidden_size, intermediate_size=4 * self.hidden_size,
-                     num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads)
-        return dict(
-            text_config=dict(width, vocab_size=len(tokenizer), max_position_embeddings=positions,
-                             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                             pad_token_id=tokenizer.pad_token_id),
-            vision_config=dict(width, image_size=self.image_size, patch_size=self.patch_size),
-            projection_dim=self.hidden_size,
-        )
-
-
-def start_run(name: str, script_arguments: type, defaults: Mapping[str, Any], backbone: bool = True):
-    """What every script does first: parse its own arguments with `BackboneArguments` (unless `backbone=False`: a
-    script whose own arguments describe its models), `LoopArguments`, `LoraArguments` and `HubArguments` (`defaults`
-    override theirs), make the accelerator and start its trackers under `name`. Returns (script_args, backbone or
-    None, loop_args, lora_args, hub_args, accelerator, run_args), run_args being every argument, for trackers and
-    model cards."""
-    groups = (script_arguments, *((BackboneArguments,) if backbone else ()), LoopArguments, LoraArguments, HubArguments)
+def start_run(name: str, script_arguments: type, defaults: Mapping[str, Any], backbone: type | None = None) -> Run:
+    """What every script does first: parse its own arguments with `backbone` (an arguments dataclass saying where
+    its towers come from, with `init_from_clip`: e.g. `hf_longclip.miniature.BackboneArguments`), `LoopArguments`,
+    `LoraArguments` and `HubArguments` (`defaults` override theirs), make the accelerator, check the output
+    directory and start its trackers under `name`."""
+    groups = (script_arguments, *((backbone,) if backbone else ()), LoopArguments, LoraArguments, HubArguments)
     parser = HfArgumentParser(groups)
     parser.set_defaults(**defaults)
     parsed = parser.parse_args_into_dataclasses()
@@ -170,7 +98,7 @@ def start_run(name: str, script_arguments: type, defaults: Mapping[str, Any], ba
     run_args = {key: value for group in parsed for key, value in asdict(group).items()}
     check_output_dir(loop_args, run_signature(loop_args, accelerator.num_processes, run_args)["run"])
     accelerator.init_trackers(name, config=run_args)
-    return script_args, backbone_args, loop_args, lora_args, hub_args, accelerator, run_args
+    return Run(script_args, backbone_args, loop_args, lora_args, hub_args, accelerator, run_args)
 
 
 def warn_synthetic_fine_tuning(pretrained: str | None, loop_args: LoopArguments) -> None:
@@ -191,9 +119,10 @@ def check_output_dir(loop_args: LoopArguments, run_signature_part: dict) -> None
     `--overwrite_output_dir`), `latest` with only invalid ones, or a checkpoint to resume whose script arguments
     (`run_signature_part`, the signature's "run" group) differ, unless `--allow_changed_arguments`. The loop checks
     the same per run, with the loop's arguments as each run uses them. A cached base's own checkpoints (under a
-    `cached_pretraining` root, marked by its recipe.json) are the base's, not this run's: its build checks them."""
+    `hf_longclip.miniature.cached_pretraining` root, marked by its `BASE_FILE`) are the base's, not this run's: its
+    build checks them."""
     runs = sorted({path.parent for path in Path(loop_args.output_dir).glob("**/checkpoints/*/step_*")
-                   if not (path.parent.parent.parent / BASE_RECIPE).is_file()})
+                   if not (path.parent.parent.parent / BASE_FILE).is_file()})
     resume = loop_args.resume_from_checkpoint
     try:
         resumed = [Path(resume)] if resume and resume != "latest" else []
@@ -206,6 +135,20 @@ def check_output_dir(loop_args: LoopArguments, run_signature_part: dict) -> None
                                 f"cannot resume from {path}", loop_args.allow_changed_arguments)
     except ValueError as error:
         raise SystemExit(str(error)) from None
+
+
+BASE_FILE = "base.json"  # what a cached pretrained base was built from, in its root (`miniature.cached_pretraining`)
+
+
+def load_clip(path: str, trust_remote_code: bool = False):
+    """A `CLIPModel` (ours or transformers') from a directory or Hub id, in float32 (`load_clip_model`: code the
+    checkpoint ships runs only with `trust_remote_code`); a clear exit otherwise."""
+    try:
+        with naming_damaged_weights(path):
+            return load_clip_model(path, trust_remote_code, dtype=torch.float32)
+    except ValueError as error:  # not a CLIPModel, or a checkpoint that needs its own code
+        hint = "\n(--trust_remote_code runs it: only for code you trust)" if "trust_remote_code" in str(error) else ""
+        raise SystemExit(f"{error}{hint}") from None
 
 
 def parse_variants(text: str, known: Sequence[str]) -> list[str]:
@@ -335,68 +278,6 @@ def check_finished_variants(eval_files: Mapping[str, Path], loop_args: LoopArgum
             f"({', '.join(str(path) for path in finished.values())}): pass --resume_from_checkpoint latest to keep "
             f"them (and train on from their last checkpoint where --max_steps or --num_train_epochs grew), "
             f"--overwrite_output_dir to train them afresh, or another --output_dir")
-
-
-BASE_RECIPE = "recipe.json"  # what a cached base was built from, in its root (`cached_pretraining`)
-
-
-def cached_pretraining(accelerator: Accelerator, cache_dir: str | Path, prefix: str, name: str, recipe: Mapping,
-                       build: Callable[[], tuple[Task, object]], dataset, loop_args: LoopArguments,
-                       label: str) -> tuple[str, list[dict]]:
-    """A pretrained base built once and shared by every later run (and seed) of any script: variant `name` of
-    `build()` trained on `dataset` with `loop_args` (their steps, learning rate and seed: the base's own) under
-    `<cache_dir>/<prefix>-<key>/`, key a digest of `recipe` (what the caller's base depends on: data, towers, ...)
-    and of the loop arguments that set the weights. Runs wanting the same base at once wait for one builder
-    (`one_builder`); a build stopped midway resumes. Progress is labelled "base pretraining", messages `label`.
-    Returns the checkpoint directory and the base's training history ([] for a base cached without one)."""
-    global_batch = loop_args.process_batch_size * accelerator.num_processes * loop_args.gradient_accumulation_steps
-    recipe = {**recipe, "steps": loop_args.max_steps, "learning_rate": loop_args.learning_rate,
-              "seed": loop_args.seed, "global_batch": global_batch, "weight_decay": loop_args.weight_decay,
-              "adam_beta2": loop_args.adam_beta2}
-    if loop_args.adam_epsilon != LoopArguments.adam_epsilon:  # keys of the bases built at torch's default stay valid
-        recipe["adam_epsilon"] = loop_args.adam_epsilon
-    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
-    root = Path(cache_dir) / f"{prefix}-{key}"
-    checkpoint, finished = root / name, root / "eval" / f"{name}.json"
-    with one_builder(accelerator, root, label):
-        if (checkpoint / "config.json").is_file():  # written last, atomically, by save_model
-            accelerator.print(f"{label}: reusing the cached base at {checkpoint}")
-        else:
-            accelerator.print(f"{label}: pretraining the base ({loop_args.max_steps} steps), cached at {checkpoint} "
-                              f"for later runs")
-            if accelerator.is_main_process:
-                root.mkdir(parents=True, exist_ok=True)
-                # what built it, besides the key: another thread count or torch version gives other (close) weights
-                built_with = {"torch": torch.__version__, "threads": torch.get_num_threads(),
-                              "processes": accelerator.num_processes}
-                write_atomic(root / BASE_RECIPE, json.dumps({**recipe, "built_with": built_with}, indent=2))
-            train_variants(accelerator, [name], lambda _: build(), lambda model, processor: {}, dataset,
-                           replace(loop_args, output_dir=str(root), seeds=""), LoraArguments(),
-                           phase="base pretraining")
-    history = json.loads(finished.read_text())["history"] if finished.is_file() else []
-    return str(checkpoint), history
-
-
-@contextmanager
-def one_builder(accelerator: Accelerator, root: Path, label: str = "base") -> Iterator[None]:
-    """Hold `<root>.lock` while a cached base is checked and built, so that of several runs wanting the same base at
-    once one builds it and the others wait, then reuse it (rather than two builds racing, each with its own numerics).
-    The main process takes the lock for its run; the other processes of the run wait for it."""
-    lock = FileLock(str(root) + ".lock")
-    if accelerator.is_main_process:
-        root.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            accelerator.print(f"{label}: another run is building {root}; waiting for it")
-            lock.acquire()
-    accelerator.wait_for_everyone()
-    try:
-        yield
-    finally:
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
-            lock.release()
 
 
 def run_over_seeds(accelerator: Accelerator, loop_args: LoopArguments, hub_args: HubArguments,
