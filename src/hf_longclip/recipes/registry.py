@@ -155,6 +155,9 @@ class Method:
     - `plan_notes(options) -> list[str]`: what a memory plan of it assumes, besides the loop's assumptions.
     - `script`, `variants` (name -> the options its script builds that variant with), `card` (the Hub card's
       information) and `evaluate` (its miniature evaluation), where it has them.
+    - `build_variant(variant, start, processor, **options) -> (task, processor)`: how its script builds one of its
+      `variants` to train, from `start` (a checkpoint, or what the miniature starts from) with `processor` (what
+      tokenises and preprocesses for it) and the script's `options` (each method's function documents its own).
     """
 
     name: str
@@ -166,6 +169,7 @@ class Method:
     plan_notes: Callable[[BuildOptions], list[str]] = lambda options: []
     script: str | None = None
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    build_variant: Callable[..., tuple[Any, Any]] | None = None
     card: Any = None
     evaluate: Callable | None = None
     aliases: tuple[str, ...] = ()
