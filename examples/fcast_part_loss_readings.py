@@ -19,11 +19,18 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from train_fcast import LOOP_DEFAULTS, ScriptArguments, prepare, sub_caption_collator, variant_task
+from train_fcast import FCAST, LOOP_DEFAULTS, ScriptArguments, prepare
 
 from hf_longclip import FCASTModel
 from hf_longclip.recipes import provenance, start_run
-from hf_longclip.recipes.fcast import FCASTTask, sub_caption_similarity, term_readings
+from hf_longclip.recipes.fcast import (
+    FCASTTask,
+    has_part_level,
+    sub_caption_collator,
+    sub_caption_similarity,
+    term_readings,
+    variant_options,
+)
 
 
 @dataclass
@@ -49,21 +56,22 @@ def read(task: FCASTTask, processor, scenes, num_batches: int, size: int) -> dic
 
 
 def main() -> None:
-    args, _, loop_args, _, _, accelerator, _ = start_run(
-        "fcast_part_loss_readings", ReadingArguments,
-        {**LOOP_DEFAULTS, "output_dir": "outputs/fcast-readings", "variants": "fcast"}, backbone=False)
+    started = start_run("fcast_part_loss_readings", ReadingArguments,
+                        {**LOOP_DEFAULTS, "output_dir": "outputs/fcast-readings", "variants": "fcast"})
+    args, loop_args, accelerator = started.script_args, started.loop_args, started.accelerator
     scenes, processors, _, bases = prepare(args, accelerator, loop_args)
     size = loop_args.per_device_train_batch_size
     readings = {"start": {}, "trained": {}}
     for name in args.variant_list:
-        if not args.variant(name).has_part_level:
+        if not has_part_level(variant_options(name, args.part_loss_weight)):
             continue
-        task, processor = variant_task(name, args, processors, bases, loop_args.seed)
+        task, processor = FCAST.build_variant(name, args.init_from_checkpoint, processors, settings=args,
+                                              seed=loop_args.seed, bases=bases)
         readings["start"][name] = read(task, processor, scenes, args.reading_batches, size)
         print(name, "at the start:", json.dumps(readings["start"][name]["mean"]))
     for path in filter(None, args.checkpoints.split(",")):
-        task = FCASTTask(FCASTModel.from_pretrained(path).train(),
-                         sub_caption_collator(args, processors, True, loop_args.seed))  # the paper's two terms
+        task = FCASTTask(FCASTModel.from_pretrained(path).train(), sub_caption_collator(
+            processors, True, args.num_sub_captions, loop_args.seed))  # the paper's two terms
         readings["trained"][path] = read(task, processors[True], scenes, args.reading_batches, size)
         print(path, json.dumps(readings["trained"][path]["mean"]))
     output = Path(loop_args.output_dir) / "part_loss_readings.json"

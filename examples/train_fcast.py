@@ -35,69 +35,38 @@ Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust
 `loss_curves.png`, `summary.json` (+ `.png`: --seeds) and `grounding-fcast.png` / `grounding-flair.png` (three
 sub-captions per image, head-averaged attention, F-CAST's and FLAIR's models, Fig. 4 right / Fig. 7). Seeds
 (`--seeds 0,1,2`), resume, LoRA and Hub push of the F-CAST variants (with `hf_longclip/recipes/fcast/model_card.md`) as
-in train_himo.py.
+in train_himo.py. The rows as data and how each is built: `hf_longclip.recipes.fcast.method` (`VARIANTS`,
+`build_variant`, `pretrained_bases`).
 """
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-import torch
-from accelerate.utils import set_seed
-
-from hf_longclip import CASTImageProcessor, FCASTConfig, FCASTModel, FCASTProcessor
-from hf_longclip.miniature import BaseArguments, cached_pretraining, load_synthetic_scenes, scene_corpus
+from hf_longclip import CASTImageProcessor, FCASTProcessor
+from hf_longclip.miniature import BaseArguments, load_synthetic_scenes, scene_corpus
 from hf_longclip.recipes import (
-    ImageTextCollator,
-    LoopArguments,
-    evaluate_text_lengths,
     late_difference_pairs,
     publish,
     run_over_seeds,
     start_run,
     train_variants,
     warn_synthetic_fine_tuning,
-    whole_model_init,
 )
 from hf_longclip.recipes.fcast import (
-    CARD,
-    FCASTCollator,
-    FCASTPretrainingTask,
-    FCASTTask,
-    grounding_scores,
-    plot_attention_maps,
-    sentence_attention,
-    start_from_base,
+    PAPER_ROWS,
+    evaluate_bases,
+    evaluate_scenes,
+    fitting_variants,
+    plot_grounding,
+    pretrained_bases,
+    sub_caption_processors,
     train_scene_tokenizer,
     with_superpixels,
 )
+from hf_longclip.recipes.registry import method
 
-
-@dataclass(frozen=True)
-class Variant:
-    vision_backbone: str  # "cast" or "vit"
-    hierarchical: bool  # hierarchical text encoder, or CLIP's flat one
-    objective: str  # "fcast" (two-level) or "flair" (flat)
-    part_loss_weight: float = 1.0
-    nonpaper_detach_stage1_from_part_loss: bool = False  # not the paper's: `FCASTTask`'s diagnostic switch
-
-    @property
-    def has_part_level(self) -> bool:
-        return self.objective == "fcast" and self.part_loss_weight > 0
-
-
-VARIANTS = {  # Table 2's rows from FLAIR to F-CAST, then Table 5's ablation (the default run)
-    "flair": Variant("vit", False, "flair"),
-    "flair-cast": Variant("cast", False, "flair"),
-    "flair-cast-hier": Variant("cast", True, "flair"),
-    "fcast": Variant("cast", True, "fcast"),
-    "fcast-no-part": Variant("cast", True, "fcast", part_loss_weight=0.0),
-}
-PAPER_ROWS = tuple(VARIANTS)
-VARIANTS.update({  # why "w/o part" beats F-CAST here (docs/models/fcast.md): a lighter L_part, or none in stage 1
-    "fcast-part-0.1": Variant("cast", True, "fcast", part_loss_weight=0.1),
-    "fcast-nonpaper-stage1-detached": Variant("cast", True, "fcast", nonpaper_detach_stage1_from_part_loss=True),
-})
-BASES = {"vit": VARIANTS["flair"], "cast": VARIANTS["flair-cast"]}  # the flat-text towers each variant starts from
+FCAST = method("fcast")  # its variants (`FCAST.variants`, FLAIR's too) and how each is built (`FCAST.build_variant`)
 FIGURES = ("fcast", "flair")  # variants whose grounding is drawn; `--push_to_hub` publishes the F-CAST ones
 RETRIEVAL_METRICS = ("r1_i2t", "r1_t2i", "hard_r1_i2t", "hard_r1_t2i")
 METRICS = (*RETRIEVAL_METRICS, "pointing_game", "box_mass", "map_difference")  # grounding: with superpixels
@@ -113,7 +82,7 @@ LOOP_DEFAULTS = dict(output_dir="outputs/fcast", max_steps=200, per_device_train
 
 @dataclass
 class ScriptArguments(BaseArguments):
-    variants: str = field(default=",".join(PAPER_ROWS), metadata={"help": f"comma list of {list(VARIANTS)}"})
+    variants: str = field(default=",".join(PAPER_ROWS), metadata={"help": f"comma list of {list(FCAST.variants)}"})
     part_loss_weight: float | None = field(default=None, metadata={
         "help": "L_part's weight in every variant with a part level (default: each variant's own, fcast's 1)"})
     nonpaper_detach_stage1_from_part_loss: bool = field(default=False, metadata={
@@ -142,150 +111,28 @@ class ScriptArguments(BaseArguments):
 
     def __post_init__(self):
         self.variant_list = [name.strip() for name in self.variants.split(",") if name.strip()]
-        if not self.variant_list or set(self.variant_list) - set(VARIANTS):
-            raise ValueError(f"--variants takes a comma list of {list(VARIANTS)}, got {self.variants!r}")
+        if not self.variant_list or set(self.variant_list) - set(FCAST.variants):
+            raise ValueError(f"--variants takes a comma list of {list(FCAST.variants)}, got {self.variants!r}")
         self.cluster_list = [int(n) for n in self.num_clusters.split(",")]
 
-    def variant(self, name: str) -> Variant:
-        """Variant `name` with `--part_loss_weight` and `--nonpaper_detach_stage1_from_part_loss` applied where it
-        has a part level."""
-        spec = VARIANTS[name]
-        if not spec.has_part_level:
-            return spec
-        weight = spec.part_loss_weight if self.part_loss_weight is None else self.part_loss_weight
-        detach = spec.nonpaper_detach_stage1_from_part_loss or self.nonpaper_detach_stage1_from_part_loss
-        return replace(spec, part_loss_weight=weight, nonpaper_detach_stage1_from_part_loss=detach)
 
-
-def structure(config: FCASTConfig) -> tuple[str, bool]:
-    """(vision backbone, hierarchical text encoder) of a configuration: what a variant must match to start from it."""
-    return config.vision_backbone, config.text_config.num_stage2_layers > 0
-
-
-def build(spec: Variant, args: ScriptArguments, processor: FCASTProcessor) -> FCASTModel:
-    """The model of a variant `spec`: `--init_from_checkpoint`'s, or from scratch with equal width and heads
-    everywhere; the flat text encoder has stage 1 and stage 2's blocks in one stack (the same total depth, as CLIP's
-    12 against F-CAST's 8 + 4), the ViT as many blocks as CAST."""
-    if args.init_from_checkpoint:
-        return FCASTModel.from_pretrained(args.init_from_checkpoint)
-    tokenizer, width = processor.tokenizer, args.hidden_size
-    stage2 = args.stage2_layers if spec.hierarchical else 0
-    text = dict(vocab_size=len(tokenizer), hidden_size=width, intermediate_size=4 * width, num_attention_heads=4,
-                num_hidden_layers=args.stage1_layers + args.stage2_layers - stage2, num_stage2_layers=stage2,
-                num_chunks=processor.num_chunks, max_position_embeddings=CHUNK_TOKENS,
-                bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id)
-    blocks = len(args.cluster_list) + 1
-    tower = dict(hidden_size=width, num_attention_heads=4, intermediate_size=4 * width, image_size=args.image_size)
-    if spec.vision_backbone == "vit":
-        vision = dict(tower, num_hidden_layers=blocks, patch_size=args.vit_patch_size)
-    else:
-        vision = dict(tower, num_segments=args.num_segments, depths=[1] * blocks, num_clusters=args.cluster_list)
-    grounding_stage = blocks - 1 if spec.objective == "flair" else 1  # FLAIR: the top layer; F-CAST: v^fine
-    return FCASTModel(FCASTConfig(text_config=text, vision_config=vision, vision_backbone=spec.vision_backbone,
-                                  grounding_stage=grounding_stage, projection_dim=width, pool_heads=4,
-                                  part_logit_bias_init_value=args.logit_bias_init,
-                                  whole_logit_bias_init_value=args.logit_bias_init))
-
-
-def pretrained_bases(args: ScriptArguments, accelerator, scenes, processor: FCASTProcessor,
-                     loop_args: LoopArguments) -> dict[str, str]:
-    """{vision backbone: checkpoint} of the short-caption bases the variants start from: for the ViT and for CAST, a
-    flat-text model (`BASES`) pretrained with `FCASTPretrainingTask` on the first `--base_sentences` sentences of
-    each training caption, once (cached under `--base_cache_dir`, the same for every seed); {} with
-    `--base_steps 0` (every variant from scratch)."""
-    if args.base_steps <= 0:
-        return {}
-    short = args.short_captions(scenes)
-    base_args = args.pretraining_loop(loop_args, warmup_steps=max(1, args.base_steps // 10))
-    towers = {name: getattr(args, name) for name in ("image_size", "num_segments", "vit_patch_size", "num_clusters",
-                                                     "hidden_size", "stage1_layers", "stage2_layers")}
-    bases = {}
-    for backbone, spec in BASES.items():
-        def build_base(spec=spec):
-            set_seed(args.base_seed)
-            return FCASTPretrainingTask(build(spec, args, processor), ImageTextCollator(processor)), processor
-
-        recipe = {"data": scenes["train"]._fingerprint, "towers": towers, "vision": backbone,
-                  "sentences": args.base_sentences, "warmup_steps": base_args.warmup_steps}
-        bases[backbone], _ = cached_pretraining(accelerator, args.base_cache_dir, f"fcast-{backbone}",
-                                                f"base-{backbone}", recipe, build_base, short, base_args,
-                                                label=f"base {backbone}")
-    return bases
-
-
-@torch.no_grad()
-def plot_grounding(model: FCASTModel, processor: FCASTProcessor, rows, path: Path, name: str) -> None:
-    """Fig. 7's layout: each image, then the attention maps of three of its object sentences."""
-    figure_rows = []
-    for row in rows:
-        subs = row["sentences"][1:4]
-        _, maps = sentence_attention(model, processor, row["image"], subs)
-        figure_rows.append((processor.image_processor.crop(row["image"]), [
-            (sub, heat.numpy(), box) for sub, heat, box in zip(subs, maps, row["boxes"])]))
-    plot_attention_maps(figure_rows, path,
-                        f"{name}: AttnPool attention per sub-caption (white: the named object's box)")
-
-
-def evaluate_on_scenes(model, processor: FCASTProcessor, args: ScriptArguments, test, pairs, batch_size: int) -> dict:
-    """Retrieval on the test scenes (long captions, hard pairs) and, with superpixels, grounding on the first
-    `--grounding_images` of them."""
-    result = evaluate_text_lengths(model, processor, test, pairs, batch_size)
-    if processor.needs_superpixels:  # grounding is carried to pixels per superpixel: not measured without
-        result.update(grounding_scores(model, processor, test.select(range(min(args.grounding_images, len(test))))))
-    return result
-
-
-def evaluate_bases(accelerator, bases: dict[str, str], processor: FCASTProcessor, args: ScriptArguments, test, pairs,
-                   batch_size: int) -> dict[str, dict]:
-    """{`base-<backbone>`: results} of the pretrained bases evaluated as they are (their pooling never trained), on
-    the main process ({} elsewhere): the starting points of every seed's variants, evaluated once."""
-    results = {}
-    if accelerator.is_main_process:
-        for backbone, path in bases.items():
-            with whole_model_init(accelerator):  # loaded whole on this process alone, even under ZeRO-3
-                base = FCASTModel.from_pretrained(path)
-            results[f"base-{backbone}"] = evaluate_on_scenes(base.to(accelerator.device), processor, args, test, pairs,
-                                                             batch_size)
-    return results
-
-
-def variant_task(variant: str, args: ScriptArguments, processors: dict[bool, FCASTProcessor], bases: dict[str, str],
-                 seed: int) -> tuple[FCASTTask, FCASTProcessor]:
-    """Variant `variant`'s task and processor as it starts training under `seed`: its model built and started from
-    its pretrained base (`bases`, unless empty), every variant with the same sub-captions."""
-    set_seed(seed)
-    spec = args.variant(variant)
-    processor = processors[spec.hierarchical]
-    model = build(spec, args, processor)
-    if bases:
-        start_from_base(model, FCASTModel.from_pretrained(bases[spec.vision_backbone]))
-    return FCASTTask(model, sub_caption_collator(args, processors, spec.hierarchical, seed), spec.objective,
-                     spec.part_loss_weight, spec.nonpaper_detach_stage1_from_part_loss), processor
-
-
-def sub_caption_collator(args: ScriptArguments, processors: dict[bool, FCASTProcessor], hierarchical: bool,
-                         seed: int) -> FCASTCollator:
-    """Every variant's batches: K = `--num_sub_captions` per image, the first N = 4 the long caption's chunks (the
-    same sub-captions for the flat-text rows)."""
-    return FCASTCollator(processors[hierarchical], args.num_sub_captions, seed=seed,
-                         num_chunks=processors[True].num_chunks)
-
-
-def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, accelerator, run_args: dict, scenes,
+def run(args: ScriptArguments, loop_args, lora_args, hub_args, accelerator, run_args: dict, scenes,
         processors: dict[bool, FCASTProcessor], pairs, bases: dict[str, str],
         base_results: dict[str, dict]) -> dict[str, dict]:
     """One seed's run: the bases' rows (`base_results`, `evaluate_bases`), then every variant built, started from its
     pretrained base (`bases`, unless empty), trained, saved, reloaded and evaluated; Fig. 7 of F-CAST's and FLAIR's
     models; results. `processors[hierarchical]`: N = 4 chunks, or the flat encoder's one 77-token text per caption."""
     test, output_dir, built = scenes["test"], Path(loop_args.output_dir), []
+    build = partial(FCAST.build_variant, start=args.init_from_checkpoint, processor=processors, settings=args,
+                    seed=loop_args.seed, bases=bases)
 
     def build_task(variant: str):
         built.append(variant)
-        return variant_task(variant, args, processors, bases, loop_args.seed)
+        return build(variant)
 
     def evaluate(model, processor):
-        result = evaluate_on_scenes(model, processor, args, test, pairs, loop_args.per_device_eval_batch_size)
+        result = evaluate_scenes(model, processor, test, pairs, loop_args.per_device_eval_batch_size,
+                                 args.grounding_images)
         if processor.needs_superpixels and built[-1] in FIGURES:  # the variant just trained
             plot_grounding(model, processor, [test[i] for i in FIGURE_ROWS], output_dir / f"grounding-{built[-1]}.png",
                            built[-1])
@@ -295,9 +142,9 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
     trained, histories = train_variants(accelerator, args.variant_list, build_task, evaluate, scenes, loop_args,
                                         lora_args, run_args=run_args)
     results.update(trained)
-    publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card=CARD, hub_args=hub_args,
-            run_args=run_args,
-            push_variants=[name for name in args.variant_list if VARIANTS[name].objective == "fcast"])  # not baselines
+    publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card=FCAST.card,
+            hub_args=hub_args, run_args=run_args,  # the F-CAST variants, not the baselines
+            push_variants=[name for name in args.variant_list if FCAST.variants[name]["objective"] == "fcast"])
     if accelerator.is_main_process:
         print(f"\nF-CAST miniature ({len(test)} test scenes; {len(pairs)} hard pairs differ only after token "
               f"{CHUNK_TOKENS}, chance 50; grounding over object sentences, uniform-map box mass "
@@ -308,7 +155,7 @@ def run(args: ScriptArguments, loop_args: LoopArguments, lora_args, hub_args, ac
     return results
 
 
-def prepare(args: ScriptArguments, accelerator, loop_args: LoopArguments):
+def prepare(args: ScriptArguments, accelerator, loop_args):
     """(scenes, {hierarchical: processor}, hard pairs, {vision backbone: base checkpoint}) of a run: the synthetic
     scenes (the training ones with superpixels), the processors (a tokenizer trained on the scenes, or the given
     checkpoint's), the pairs differing after token 77 and the short-caption bases (`pretrained_bases`)."""
@@ -318,8 +165,7 @@ def prepare(args: ScriptArguments, accelerator, loop_args: LoopArguments):
     warn_synthetic_fine_tuning(args.init_from_checkpoint, loop_args)
     if args.init_from_checkpoint:  # its tokenizer and image processor; its structure decides the rows it can start
         given = FCASTProcessor.from_pretrained(args.init_from_checkpoint)
-        fitting = [name for name, spec in VARIANTS.items() if (spec.vision_backbone, spec.hierarchical) == structure(
-            FCASTConfig.from_pretrained(args.init_from_checkpoint))]
+        fitting = fitting_variants(args.init_from_checkpoint)
         if set(args.variant_list) - set(fitting):
             raise SystemExit(f"--init_from_checkpoint {args.init_from_checkpoint}: its structure fits --variants "
                              f"{','.join(fitting)}, not {args.variants}")
@@ -329,9 +175,7 @@ def prepare(args: ScriptArguments, accelerator, loop_args: LoopArguments):
         tokenizer = train_scene_tokenizer(scene_corpus(scenes), model_max_length=CHUNK_TOKENS)
         image_processor = CASTImageProcessor(size=args.image_size, num_segments=args.num_segments)
         needs_superpixels, chunk_tokens = True, CHUNK_TOKENS
-    processors = {hierarchical: FCASTProcessor(image_processor, tokenizer, max_length=chunk_tokens,
-                                               num_chunks=4 if hierarchical else 1,
-                                               needs_superpixels=needs_superpixels) for hierarchical in (True, False)}
+    processors = sub_caption_processors(tokenizer, image_processor, chunk_tokens, needs_superpixels)
     if needs_superpixels:  # computed once (and cached with the scenes), not in every epoch of every variant
         with accelerator.main_process_first():
             scenes["train"] = with_superpixels(scenes["train"], image_processor)
@@ -344,16 +188,14 @@ def prepare(args: ScriptArguments, accelerator, loop_args: LoopArguments):
 
 def main() -> None:
     started = start_run("train_fcast", ScriptArguments, LOOP_DEFAULTS)
-    args, loop_args, lora_args, hub_args, accelerator, run_args = (
-        started.script_args, started.loop_args, started.lora_args, started.hub_args, started.accelerator,
-        started.run_args)
+    args, accelerator, loop_args = started.script_args, started.accelerator, started.loop_args
     scenes, processors, pairs, bases = prepare(args, accelerator, loop_args)
     needs_superpixels = processors[True].needs_superpixels
-    base_results = evaluate_bases(accelerator, bases, processors[False], args, scenes["test"], pairs,
-                                  loop_args.per_device_eval_batch_size)  # fixed across seeds: once
-    run_over_seeds(accelerator, loop_args, hub_args,
-                   lambda seed_args: run(args, seed_args, lora_args, hub_args, accelerator, run_args, scenes,
-                                         processors, pairs, bases, base_results),
+    base_results = evaluate_bases(accelerator, bases, processors[False], scenes["test"], pairs,
+                                  loop_args.per_device_eval_batch_size, args.grounding_images)  # fixed across seeds
+    run_over_seeds(accelerator, loop_args, started.hub_args,
+                   lambda seed_args: run(args, seed_args, started.lora_args, started.hub_args, accelerator,
+                                         started.run_args, scenes, processors, pairs, bases, base_results),
                    METRICS if needs_superpixels else RETRIEVAL_METRICS, title="train_fcast")
     accelerator.end_training()
 

@@ -99,21 +99,26 @@ def test_sub_caption_similarity_is_the_mean_cosine_across_captions():
 
 
 def test_the_scripts_options_set_every_variant_with_a_part_level():
+    """train_fcast.py trains Table 2's and Table 5's rows by default; its --part_loss_weight and
+    --nonpaper_detach_stage1_from_part_loss override each variant's own where it has a part level
+    (`variant_options`, which `build_variant` builds from)."""
     import importlib.util
 
     from helpers.launch import EXAMPLES
+    from hf_longclip.recipes.fcast import variant_options
+    from hf_longclip.recipes.registry import method
 
     spec = importlib.util.spec_from_file_location("train_fcast", EXAMPLES / "train_fcast.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     assert script.ScriptArguments().variant_list == ["flair", "flair-cast", "flair-cast-hier", "fcast", "fcast-no-part"]
-    args = script.ScriptArguments(variants="fcast,fcast-part-0.1,fcast-no-part,flair", part_loss_weight=0.5,
-                                  nonpaper_detach_stage1_from_part_loss=True)
-    weights = {name: (args.variant(name).part_loss_weight, args.variant(name).nonpaper_detach_stage1_from_part_loss)
-               for name in args.variant_list}
-    assert weights == {"fcast": (0.5, True), "fcast-part-0.1": (0.5, True), "fcast-no-part": (0.0, False),
-                       "flair": (1.0, False)}
-    default = script.ScriptArguments(variants=",".join(script.VARIANTS))
-    assert {name: (default.variant(name).part_loss_weight, default.variant(name).nonpaper_detach_stage1_from_part_loss)
-            for name in ("fcast", "fcast-part-0.1", "fcast-nonpaper-stage1-detached")} == {
+    assert method("fcast").variants is method("flair").variants and method("fcast").build_variant is not None
+
+    def weights(names, *overrides):
+        return {name: (options["part_loss_weight"], options["nonpaper_detach_stage1_from_part_loss"])
+                for name in names for options in [variant_options(name, *overrides)]}
+
+    assert weights(("fcast", "fcast-part-0.1", "fcast-no-part", "flair"), 0.5, True) == {
+        "fcast": (0.5, True), "fcast-part-0.1": (0.5, True), "fcast-no-part": (0.0, False), "flair": (1.0, False)}
+    assert weights(("fcast", "fcast-part-0.1", "fcast-nonpaper-stage1-detached")) == {
         "fcast": (1.0, False), "fcast-part-0.1": (0.1, False), "fcast-nonpaper-stage1-detached": (1.0, True)}

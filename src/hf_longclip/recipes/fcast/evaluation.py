@@ -4,6 +4,7 @@ synthetic scenes): the pointing game and the attention mass inside the box, from
     sentence_attention(model, processor, image, sentences)  # (pixel values, one attention map per sentence)
     grounding_scores(model, processor, test)   # {"pointing_game", "box_mass", "uniform_box_mass", "map_difference",
                                                #  "box_map_difference", "num_sentences"}
+    evaluate_scenes(model, processor, test, pairs, batch_size, grounding_images)  # retrieval, then grounding
 
 Retrieval with long captions and late-differing pairs is the protocol train_fcast.py shares with train_onelip.py
 (`hf_longclip.evaluation.long_captions`).
@@ -19,6 +20,7 @@ import torch
 
 from hf_longclip.models.fcast.modeling_fcast import FCASTModel
 from hf_longclip.models.fcast.processing_fcast import FCASTProcessor
+from hf_longclip.recipes.text_lengths import evaluate_text_lengths
 
 
 @torch.no_grad()
@@ -66,6 +68,16 @@ def grounding_scores(model: FCASTModel, processor: FCASTProcessor, rows) -> dict
             "map_difference": 100 * float(np.mean(differences)) if differences else float("nan"),
             "box_map_difference": 100 * float(np.mean(box_differences)) if box_differences else float("nan"),
             "num_sentences": len(hits)}
+
+
+def evaluate_scenes(model: FCASTModel, processor: FCASTProcessor, test, pairs, batch_size: int,
+                    grounding_images: int) -> dict:
+    """Retrieval on the test scenes (long captions, the hard `pairs`: `evaluate_text_lengths`) and, with superpixels,
+    grounding on the first `grounding_images` of them (`grounding_scores`)."""
+    result = evaluate_text_lengths(model, processor, test, pairs, batch_size)
+    if processor.needs_superpixels:  # grounding is carried to pixels per superpixel: not measured without
+        result.update(grounding_scores(model, processor, test.select(range(min(grounding_images, len(test))))))
+    return result
 
 
 def total_variation(p: torch.Tensor, q: torch.Tensor) -> float:

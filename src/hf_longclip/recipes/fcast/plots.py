@@ -9,7 +9,10 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from hf_longclip.plots import pyplot, save_figure
+from hf_longclip.recipes.fcast.evaluation import sentence_attention
 
 
 def plot_attention_maps(rows: Sequence[tuple], path: str | Path, title: str = "") -> Path:
@@ -40,3 +43,17 @@ def plot_attention_maps(rows: Sequence[tuple], path: str | Path, title: str = ""
     colour_bar = fig.colorbar(shown, cax=fig.add_axes((0.94, 0.2, 0.015, 0.6)))
     colour_bar.set_label("attention density (1: uniform)", fontsize=8)
     return save_figure(fig, path, layout=False)
+
+
+@torch.no_grad()
+def plot_grounding(model, processor, rows, path: str | Path, name: str) -> Path:
+    """Fig. 7's layout for the synthetic scenes `rows`: each image, then the attention maps of three of its object
+    sentences (`sentence_attention`) with their boxes."""
+    figure_rows = []
+    for row in rows:
+        subs = row["sentences"][1:4]
+        _, maps = sentence_attention(model, processor, row["image"], subs)
+        figure_rows.append((processor.image_processor.crop(row["image"]), [
+            (sub, heat.numpy(), box) for sub, heat, box in zip(subs, maps, row["boxes"])]))
+    return plot_attention_maps(figure_rows, path,
+                               f"{name}: AttnPool attention per sub-caption (white: the named object's box)")

@@ -1,4 +1,5 @@
-"""OneLIP's figure: R@1 against the maximum training length (Fig. 3); and what its loss curves need explained.
+"""OneLIP's figure: R@1 against the maximum training length (Fig. 3, of train_onelip.py's rows); and what its loss
+curves need explained.
 
 Imported explicitly: neither `hf_longclip.models.onelip` nor the model's remote code imports it, so that matplotlib
 (`hf-longclip[plots]`) stays optional."""
@@ -10,6 +11,9 @@ from pathlib import Path
 
 from hf_longclip.objectives.onelip import OneLIPLoss
 from hf_longclip.plots import pyplot, save_figure
+from hf_longclip.recipes.onelip.method import BASE, BASE_LENGTH, ONE_STAGE, VARIANTS
+
+FIG3_LINES = {"clip": "fine-tuned CLIP (Long-CLIP stretching)", "trim": "OneLIP"}  # objective: line
 
 
 def loss_notes(switch_fraction: float) -> dict[str, str]:
@@ -44,3 +48,25 @@ def plot_recall_by_length(panels: dict[str, dict[str, dict[int, float]]], path: 
         ax.legend(fontsize=8)
     fig.suptitle(f"{title or 'R@1 vs. maximum training length'}\n{covers}", fontsize=10)
     return save_figure(fig, path)
+
+
+def plot_figure_3(results: dict[str, dict], path: Path) -> None:
+    """Fig. 3 of train_onelip.py's `results` ({row: `evaluate_text_lengths` results}, the start's first): R@1 on the
+    long captions and on the pairs differing after token 77 against the one-stage rows' maximum training length, one
+    line per objective of `FIG3_LINES`, the base CLIP-77 dashed."""
+    panels = {}
+    for panel, keys in (("long captions: mean R@1 (I2T, T2I)", ("r1_i2t", "r1_t2i")),
+                        ("pairs differing after token 77: mean R@1", ("hard_r1_i2t", "hard_r1_t2i"))):
+        lines = {}
+        for variant in ONE_STAGE:
+            objective, length = VARIANTS[variant]["objective"], VARIANTS[variant]["length"]
+            if objective in FIG3_LINES and variant in results:
+                lines.setdefault(FIG3_LINES[objective], {})[length] = sum(results[variant][k] for k in keys) / 2
+        panels[panel] = lines
+    reference = None
+    if BASE in results:
+        reference = {panel: sum(results[BASE][k] for k in keys) / 2 for panel, keys in
+                     zip(panels, (("r1_i2t", "r1_t2i"), ("hard_r1_i2t", "hard_r1_t2i")))}
+    first = next(iter(results.values()))
+    plot_recall_by_length(panels, path, f"{first['num_images']:,} test images; {first['num_hard_pairs']} hard pairs "
+                                        f"differ only after token {BASE_LENGTH}", reference=reference)
