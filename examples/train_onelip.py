@@ -39,7 +39,7 @@ The negative bank (the base's embeddings of the training captions) is built once
 `<output_dir>/negative_bank/` (or `--negative_bank`) and reused by later runs (and seeds) on the same data and base.
 The frozen base text encoder is OneLIP's teacher (held by `OneLIPTask`, never saved). Evaluation: R@1 both ways on
 the test scenes' long captions, on their first sentence (short) and within the hard-negative pairs whose captions
-differ only after token 77 (chance 50; `hf_longclip.recipes.text_lengths.evaluate_text_lengths`).
+differ only after token 77 (chance 50; `hf_longclip.evaluation.long_captions.evaluate_text_lengths`).
 
 Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
 `loss_curves.png` and `recall_by_length.png` (Fig. 3). Multi-GPU, DeepSpeed, resume, LoRA and Hub push (of the

@@ -18,9 +18,9 @@ from itertools import combinations
 import numpy as np
 import torch
 
+from hf_longclip.evaluation.long_captions import evaluate_text_lengths
 from hf_longclip.models.fcast.modeling_fcast import FCASTModel
 from hf_longclip.models.fcast.processing_fcast import FCASTProcessor
-from hf_longclip.recipes.text_lengths import evaluate_text_lengths
 
 
 @torch.no_grad()
