@@ -10,13 +10,13 @@ Table 4 and its Fig. 3 on the synthetic scenes.
 First the base: a 77-token CLIP (`--base_checkpoint`: a CLIPModel directory or Hub id, ours or transformers'; or a
 OneLIP checkpoint such as converted TULIP weights, which the OneLIP rows then start from, row `base`, with the CLIP
 of `--teacher_checkpoint` as teacher),
-or, without one, a short-caption CLIP-77 built by the recipe of train_himo.py's base but 64 wide (train_himo.py's is
+or, without one, a short-caption CLIP-77 built as train_himo.py's base but 64 wide (train_himo.py's is
 128 wide, so the two scripts cache two bases): pretrained from scratch on the training scenes' first sentences for
 `--base_steps` with global InfoNCE, built once and cached under `--base_cache_dir` (row `clip-77`, evaluated as it
 is). Then
 each variant starts from that base and is trained identically (same data order, steps and optimiser) in one stage:
   clip-248       Long-CLIP stretching of the position table (77 -> 248), global InfoNCE ("fine-tuned CLIP")
-  longclip       Long-CLIP's whole recipe (train_himo.py's row): the stretching, long-caption InfoNCE + the first
+  longclip       Long-CLIP's whole fine-tuning (train_himo.py's row): the stretching, long-caption InfoNCE + the first
                  sentence against the images' 32 principal components, label smoothing 0.1
   onelip-pooled  OneLIP without TRIM: RoPE/NTK encoder, L_coarse + pooled distillation + contrastive (Table 4)
   onelip         OneLIP: RoPE/NTK encoder, L_coarse + TRIM token-wise distillation + contrastive (Eq. 10)

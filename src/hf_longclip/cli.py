@@ -186,8 +186,8 @@ def _format_name(value: str) -> str:
 def _convert_epilog() -> list[str]:
     from hf_longclip.models.conversion import FORMATS
 
-    return [f"formats: {', '.join(FORMATS)}", "docs/converting.md gives each format's source and a reproduction "
-            "recipe"]
+    return [f"formats: {', '.join(FORMATS)}", "docs/converting.md gives each format's source and how to reproduce "
+            "its parity check"]
 
 
 class _CommandParser(argparse.ArgumentParser):
