@@ -189,7 +189,8 @@ def optimizer_step(task: Task, model, batch: dict, optimizer: torch.optim.Optimi
     if chunk:
         terms = cached_backward(task, model, batch, chunk, accelerator, steps.get("encode"), steps.get("loss"))
     else:
-        terms = task.compute_loss(model, batch, steps.get("device_step"))
+        device_step = steps.get("device_step")  # a task may override compute_loss without it
+        terms = task.compute_loss(model, batch, device_step) if device_step else task.compute_loss(model, batch)
         accelerator.backward(sum_of_terms(terms))
     if accelerator.sync_gradients and max_grad_norm > 0:
         accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
