@@ -16,10 +16,11 @@ checkpointing and 2, 8, 16 and 32 with it (where its activations, not the optimi
    gradient_checkpointing=...))`, the planner as a user runs it (traced at its default batches 8, 16, 24 on fake
    tensors; the batches measured are read from its fit).
 3. The measurement, one fresh process per (batch, checkpointing): the converted checkpoint loaded with
-   `HiMoCLIPModel.from_pretrained`, `HiMoCLIPTask`, AdamW over the loop's parameter groups; a first step at batch 1
-   (AdamW's state, kernels' first-call set-up), then the step measured, on random tokens padded as the processor
-   pads (every caption but the first one token shorter: the text tower builds its attention mask) and random
-   pixels. Memory: the process's peak resident set
+   `HiMoCLIPModel.from_pretrained`, `HiMoCLIPTask`, the loop's step (`hf_longclip.training.memory.TrainingStep`:
+   `loop.optimizer_step` with AdamW over the loop's parameter groups, then the task's after-step hook); a first
+   step at batch 1 (AdamW's state, kernels' first-call set-up), then the step measured, on random tokens padded as
+   the processor pads (every caption but the first one token shorter: the text tower builds its attention mask)
+   and random pixels. Memory: the process's peak resident set
    (`VmHWM` of /proc/self/status, reset to the current size through /proc/self/clear_refs just before the step)
    minus its resident set then, both after `gc.collect()`; glibc's malloc is told to map every block of 128 KiB or
    more on its own (`MALLOC_MMAP_THRESHOLD_=131072`, which also stops its threshold from rising), so freed tensors
@@ -98,14 +99,10 @@ def measure(model_dir: Path, batch_size: int, checkpointing: bool) -> dict:
 
     from hf_longclip import HiMoCLIPModel
     from hf_longclip.recipes.himo_clip.task import HiMoCLIPTask
-    from hf_longclip.training.optimizer import parameter_groups
+    from hf_longclip.training.memory import StepOptions, StepWorkload, TrainingStep
 
     torch.manual_seed(0)
-    model = HiMoCLIPModel.from_pretrained(model_dir, dtype=torch.float32).train()
-    if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    task = HiMoCLIPTask(model, None)
-    optimizer = torch.optim.AdamW(parameter_groups(model, 0.1, 1e-5), lr=1e-5, betas=(0.9, 0.98))
+    model = HiMoCLIPModel.from_pretrained(model_dir, dtype=torch.float32)
     eos = model.config.text_config.eos_token_id
 
     def batch(rows: int) -> dict:  # padded to the longest caption as the processor pads: every row but the first
@@ -117,13 +114,9 @@ def measure(model_dir: Path, batch_size: int, checkpointing: bool) -> dict:
         return {"input_ids": ids, "attention_mask": mask,
                 "pixel_values": torch.randn(rows, 3, WIDTH["image"], WIDTH["image"])}
 
-    def step(inputs: dict) -> None:
-        sum(task.compute_loss(model, inputs).values()).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        task.after_optimizer_step(model, _Unwrap())
-
+    # the loop's step (`loop.optimizer_step`), as the planner traces it: AdamW over the loop's parameter groups
+    step = TrainingStep(StepWorkload(model, HiMoCLIPTask(model, None), batch),
+                        StepOptions(precision="fp32", gradient_checkpointing=checkpointing, foreach=False))
     start = time.perf_counter()
     step(batch(1))
     first = time.perf_counter() - start
@@ -140,11 +133,6 @@ def measure(model_dir: Path, batch_size: int, checkpointing: bool) -> dict:
             "rss_peak": peak, "measured_bytes": peak - before, "step_wall_s": wall, "step_cpu_s": cpu,
             "first_step_batch_1_s": first, "threads": torch.get_num_threads(),
             "load_average": [load_before, os.getloadavg()[0]]}
-
-
-class _Unwrap:
-    def unwrap_model(self, model):
-        return model
 
 
 def predict(checkpointing: bool, batches: list[int]) -> dict:

@@ -46,11 +46,12 @@ Targets of the issue, printed at the end from this run's numbers (ratios of per-
 Memory check, first (point 2 of "What fits where"; `--no_memory_check` skips it): the memory planner
 (`hf_longclip.recipes.planner`, `hf-longclip plan`) traces a ViT-L/14 HiMo-CLIP step (bf16 mixed, with and without
 gradient checkpointing) on fake tensors on the CPU, then the same step (`hf_longclip.training.memory.TrainingStep`:
-the model's forward under accelerate's bf16 autocast, MoLo, backward, clipping, multi-tensor AdamW) runs on the GPU
+the loop's `optimizer_step` with the model's forward under bf16 autocast as accelerate runs it, MoLo, backward,
+clipping, multi-tensor AdamW) runs on the GPU
 at batches 32 and 128 after a first step; its `torch.cuda.max_memory_allocated` (reset per step) against the
 planner's peak, and the growth over the step (peak minus what was allocated before it) against the planner's. With
---tiny: the tiny size on the CPU, measured as the live bytes of the step's tensors (the planner's own counter over
-the real step). Results: `memory_check` in gpu_suite.json and a table in gpu_suite.md; target: within 10%.
+--tiny: the tiny size on the CPU, measured as the live bytes of the step's tensors (MemTracker's count over the
+real step). Results: `memory_check` in gpu_suite.json and a table in gpu_suite.md; target: within 10%.
 
 Eager configurations run first (an estimated 15 s each on an H100), then the compiled ones, most wanted first (a
 compile: a minute or more); a configuration that would not fit in what is left of the time budget is recorded
@@ -854,8 +855,8 @@ MEMORY_CHECK_SECONDS = {"gpu": 150.0, "tiny": 60.0}  # expected length of the me
 
 def measured_step_memory(step, batch: dict, cuda: bool) -> tuple[int | None, int]:
     """(peak bytes allocated during `step(batch)` (a `TrainingStep`), growth over what was allocated before it):
-    CUDA's allocator counters on a GPU; on the CPU (no counter) the live tensor bytes the planner's ledger counts
-    over the real step, starting from the model's, the optimizer's and the batch's (no absolute peak)."""
+    CUDA's allocator counters on a GPU; on the CPU (no counter) the live tensor bytes MemTracker counts over the
+    real step, starting from the model's, the optimizer's and the batch's (no absolute peak)."""
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -864,9 +865,9 @@ def measured_step_memory(step, batch: dict, cuda: bool) -> tuple[int | None, int
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
         return peak, peak - before
-    from hf_longclip.training.memory import live_step_peak
+    from hf_longclip.training.memory import measured_step_peak
 
-    return None, live_step_peak(step, batch)
+    return None, measured_step_peak(step, batch)
 
 
 def memory_check(suite: "Suite") -> dict:

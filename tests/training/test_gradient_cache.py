@@ -30,6 +30,7 @@ from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
 from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.compile import compile_step
 from hf_longclip.training.gradient_cache import cached_backward
+from hf_longclip.training.loop import optimizer_step
 from hf_longclip.training.task import sum_of_terms
 
 CHUNK = 16  # per process
@@ -64,14 +65,9 @@ def one_step(name: str, accelerator, directory: Path, cached: bool, compiled: bo
     if compiled:
         torch._dynamo.reset()
         steps = {key: compile_step(getattr(task, key), backend="aot_eager") for key in steps}
-    with accelerator.accumulate(prepared):
-        if cached:
-            terms = cached_backward(task, prepared, batch, CHUNK, accelerator, steps["encode"], steps["loss"])
-        else:
-            terms = task.compute_loss(prepared, batch, steps["device_step"])
-            accelerator.backward(sum_of_terms(terms))
-        optimizer.step()
-        optimizer.zero_grad()
+    with accelerator.accumulate(prepared):  # the loop's step, without clipping
+        terms = optimizer_step(task, prepared, batch, optimizer, accelerator, chunk=CHUNK if cached else 0,
+                               steps=steps)
     changes = {key: (before[key] - param.detach()) / LEARNING_RATE for key, param in unwrapped.named_parameters()
                if key in before}
     queues = task.hard_negatives.store.read(np.arange(2 * BATCH))[:2] if name == "onelip" else None

@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.launch import torchrun
 from helpers.training_cases import CASES
-from hf_longclip.training.task import sum_of_terms
+from hf_longclip.training.loop import optimizer_step
 
 aten = torch.ops.aten
 ROWS = 4  # per process and step
@@ -134,12 +134,8 @@ def classify(reads: collections.Counter) -> dict[str, list[str]]:
 
 
 def training_step(task, model, optimizer, accelerator, batch) -> None:
-    """The loop's eager step (`loop.train` without gradient accumulation)."""
-    terms = task.compute_loss(model, batch)
-    accelerator.backward(sum_of_terms(terms))
-    accelerator.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    """The loop's eager step (`loop.optimizer_step`, then the task's after-step hook; no gradient accumulation)."""
+    optimizer_step(task, model, batch, optimizer, accelerator, max_grad_norm=1.0)
     task.after_optimizer_step(model, accelerator)
 
 

@@ -3,28 +3,31 @@ size: the step traced on fake tensors, its fit in the batch, ZeRO's sharding, th
 in step with the planner's JSON. Fast: no training is launched; the agreement with a measured step at real size is
 benchmarks/bench_planner.py's (CPU) and benchmarks/gpu_suite.py's memory check (GPU)."""
 
-import gc
+import importlib.util
 import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from hf_longclip import cli
-from hf_longclip.recipes import planner
 from hf_longclip.recipes.planner import PlanSettings, format_plan, plan_memory, step_workload
 from hf_longclip.recipes.registry import SIZES, method, method_names
+from hf_longclip.training import loop
 from hf_longclip.training.memory import (
     CATEGORIES,
     Sharding,
-    StorageLedger,
+    StepTracker,
     TrainingStep,
-    live_step_peak,
+    measured_step_peak,
     trace_step_memory,
+    with_host_values,
 )
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+REPO = Path(__file__).resolve().parents[2]
 TINY = dict(size="tiny", bank_captions=1000, hard_negatives=16)
 
 
@@ -40,18 +43,47 @@ def himo_fp32():
     return settings, trace(settings, (2, 4, 6))
 
 
-def test_ledger_counts_each_storage_once_while_it_lives():
-    ledger = StorageLedger()
-    activations, gradients = CATEGORIES.index("activations"), CATEGORIES.index("gradients")
-    with ledger:
-        first = torch.zeros(256)  # 1 KiB
-        first[:10].add_(1)  # a view, in place: no new storage
-        second = first * 2
-        ledger.tag([second], "gradients")
-    assert ledger.live[activations] == 1024 and ledger.live[gradients] == 1024
-    del second
-    gc.collect()
-    assert ledger.live[gradients] == 0 and ledger.live[activations] == 1024
+def test_tracker_counts_by_category_after_each_operator():
+    """MemTracker's count (each storage once while it lives) by category after every operator; a trained
+    parameter's gradient counted as a gradient, a frozen parameter (which MemTracker would hook, and autograd
+    refuses) with none."""
+    column = {name: index for index, name in enumerate(CATEGORIES)}
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16, bias=False), torch.nn.Linear(16, 16, bias=False))
+    model[1].requires_grad_(False)  # 1 KiB of weights each
+    tracker = StepTracker()
+    tracker.track_model(model)
+    with tracker:
+        tracker.recording = True
+        inputs = torch.ones(4, 16)  # 256 bytes
+        inputs[:2].add_(1)  # a view, in place: no new storage
+        model(inputs).sum().backward()
+        tracker.recording = False
+    events = np.stack(tracker.events)
+    assert events[0, column["activations"]] == events[1, column["activations"]] == 256
+    assert (events[:, column["weights"]] == 2048).all() and len(events) > 4
+    assert tracker.live()[column["gradients"]] == 1024
+    assert tracker.live("peak").sum() == events.sum(axis=1).max()
+
+
+def test_fake_tensors_read_on_the_host_give_their_recorded_values():
+    with FakeTensorMode(), StepTracker():
+        index = with_host_values(torch.arange(4), [3, 1, 2, 0])
+        assert index.tolist() == [3, 1, 2, 0]
+        assert bool((index >= 0).all())  # no recorded value: what valid data gives an input check
+
+
+def test_the_planner_traces_the_loops_step(monkeypatch):
+    """No copy of the step: the trace runs `loop.optimizer_step`, once for the first step and once per batch."""
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[2])
+        return optimizer_step(*args, **kwargs)
+
+    optimizer_step = loop.optimizer_step
+    monkeypatch.setattr(loop, "optimizer_step", counted)
+    trace(PlanSettings(method="himo", **TINY), (2, 3))
+    assert [len(batch["input_ids"]) for batch in calls] == [2, 2, 3]
 
 
 def test_parts_are_what_adamw_keeps(himo_fp32):
@@ -109,15 +141,15 @@ def test_gradient_cache_is_fitted_past_its_traces():
 
 
 def test_the_step_traced_is_the_step_run():
-    """The same `TrainingStep` on real tensors (bf16 autocast, gradient checkpointing): its live tensor bytes peak
-    where the fake trace says, to the byte."""
+    """The same `TrainingStep` on real tensors (bf16 autocast, gradient checkpointing): its live tensor bytes, as
+    MemTracker counts them, peak where the fake trace says, to the byte."""
     settings = PlanSettings(method="himo", gradient_checkpointing=True, target="cpu", **TINY)
     memory = trace(settings, (2, 3, 4))
     torch.manual_seed(0)
     workload = step_workload(settings)
     step = TrainingStep(workload, settings.step_options())
     step(workload.make_batch(2))
-    measured = live_step_peak(step, workload.make_batch(3))
+    measured = measured_step_peak(step, workload.make_batch(3))
     assert measured == pytest.approx(memory.peak(3) - memory.live_before(3), rel=1e-9)
 
 
@@ -193,23 +225,32 @@ def test_format_plan_says_what_is_assumed():
     assert "DDP" in text and "PO-HNM" in text and "attention" in text
 
 
+def fits_script():
+    """scripts/fits_table.py, which writes the table (not part of the package)."""
+    spec = importlib.util.spec_from_file_location("fits_table", REPO / "scripts" / "fits_table.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
 def test_docs_table_is_the_planners():
     """docs/training.md's "What fits where" table is `fits_table()` of docs/benchmarks/fits.json, which the planner
-    wrote for the table's settings (regenerate both: `python -m hf_longclip.recipes.planner --write-table`, then
-    paste `--print-table`'s output)."""
-    data = json.loads(planner.TABLE_FILE.read_text())
-    assert data["columns"] == planner.TABLE_SETTINGS
-    assert data["cards_gb"] == list(planner.TABLE_CARDS)
-    expected_rows = [f"{name} {size}" for size in planner.TABLE_SIZES for name in method_names()
+    wrote for the table's settings (regenerate both: `python scripts/fits_table.py --write-table`)."""
+    script = fits_script()
+    data = json.loads(script.TABLE_FILE.read_text())
+    assert data["columns"] == script.TABLE_SETTINGS
+    assert data["cards_gb"] == list(script.TABLE_CARDS)
+    expected_rows = [f"{name} {size}" for size in script.TABLE_SIZES for name in method_names()
                      if not method(name).unavailable(SIZES[size])]
     assert list(data["rows"]) == expected_rows
-    training = (DOCS / "training.md").read_text()
-    assert planner.fits_table(data["rows"]) in training
+    page = script.TRAINING_DOC.read_text()
+    assert f"{script.TABLE_START}\n{script.fits_table(data['rows'])}\n{script.TABLE_END}" in page
 
 
 @pytest.mark.slow
 def test_docs_table_rows_are_what_the_planner_gives_today():
     """One row of the committed table re-traced at full size (ViT-B/16 HiMo-CLIP: about a minute on a CPU)."""
-    data = json.loads(planner.TABLE_FILE.read_text())
-    row = planner.table_plans(sizes=("ViT-B/16",), methods=("himo",))["himo ViT-B/16"]
+    script = fits_script()
+    data = json.loads(script.TABLE_FILE.read_text())
+    row = script.table_plans(sizes=("ViT-B/16",), methods=("himo",))["himo ViT-B/16"]
     assert row == data["rows"]["himo ViT-B/16"]

@@ -12,21 +12,18 @@ attention kernel) is printed with every plan (`MemoryPlan.assumptions`).
     print(format_plan(plan))
     plan.largest_batch[80]
 
-`fits_table()` renders docs/training.md's "What fits where" tables from `docs/benchmarks/fits.json`;
-`python -m hf_longclip.recipes.planner --write-table` traces every cell again and rewrites both (minutes on a CPU).
+docs/training.md's "What fits where" tables are this planner's figures for every method at the common setups
+(scripts/fits_table.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import torch
 
-from hf_longclip.recipes.registry import SIZES, BuildOptions, PlaceholderInputs, method, method_names
+from hf_longclip.recipes.registry import SIZES, BuildOptions, PlaceholderInputs, method
 from hf_longclip.training.memory import (
     Sharding,
     StepMemory,
@@ -305,125 +302,5 @@ def format_plan(plan: MemoryPlan) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# docs/training.md's table
-
-TABLE_FILE = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "fits.json"
-TABLE_SIZES = ("ViT-B/16", "ViT-L/14")
-TABLE_SETTINGS = {  # column label -> settings of the table's common setups: bf16 mixed over 8 GPUs
-    "DDP x 8": dict(precision="bf16", processes=8),
-    "DDP x 8 + ckpt": dict(precision="bf16", processes=8, gradient_checkpointing=True),
-    "ZeRO-2 x 8": dict(precision="bf16", zero_stage=2, processes=8),
-    "ZeRO-2 x 8 + ckpt": dict(precision="bf16", zero_stage=2, processes=8, gradient_checkpointing=True),
-}
-TABLE_CARDS = (24, 40, 80)
-PAPER_BATCH = 128  # HiMo-CLIP's and Long-CLIP's 1,024 over 8 GPUs
-
-
-def card_needed(peak: float) -> float:
-    """The card size (GB, as sold) whose usable memory (`usable_bytes`) holds a step peaking at `peak` bytes."""
-    return peak / GiB / (1 - FRAGMENTATION) + RESERVED_GIB
-
-
-def table_plans(sizes=TABLE_SIZES, methods=None, columns=TABLE_SETTINGS, progress=None) -> dict:
-    """The table's figures: for each method, size and column, the largest batch per process on each of
-    TABLE_CARDS and the card a batch of PAPER_BATCH per process needs (GB), tracing each distinct step once (the
-    ZeRO columns share one trace: 8 processes' gather, DeepSpeed's bf16); `methods`: default every method of the
-    registry where it is defined. JSON-ready."""
-    rows = {}
-    for size in sizes:
-        for name in methods or method_names():
-            if method(name).unavailable(SIZES[size]):
-                continue
-            traces = {}
-            for label, options in columns.items():
-                settings = PlanSettings(size=size, method=name, **options)
-                key = (settings.gradient_checkpointing, settings.processes, settings.deepspeed)
-                if key not in traces:
-                    traces[key] = trace_step_memory(lambda s=settings: step_workload(s),
-                                                    settings.step_options(), settings.traced_batch_sizes)
-                plan = plan_memory(settings, TABLE_CARDS, traces[key])
-                rows.setdefault(f"{name} {size}", {})[label] = {
-                    "largest_batch": {str(gb): batch for gb, batch in plan.largest_batch.items()},
-                    f"card_for_{PAPER_BATCH}_gb": round(card_needed(plan.peak_at[PAPER_BATCH]), 1)}
-                if progress:
-                    progress(f"{name} {size} {label}: {plan.largest_batch}, {PAPER_BATCH} per process needs "
-                             f"{card_needed(plan.peak_at[PAPER_BATCH]):.1f} GB")
-    return rows
-
-
-def fits_table(figures: dict | None = None) -> str:
-    """docs/training.md's two "What fits where" tables (markdown) from `figures` (default: TABLE_FILE's): the
-    largest batch per GPU on each of TABLE_CARDS, and the card a batch of PAPER_BATCH per GPU needs."""
-    figures = figures if figures is not None else json.loads(TABLE_FILE.read_text())["rows"]
-    columns = list(TABLE_SETTINGS)
-    cards = " / ".join(str(gb) for gb in TABLE_CARDS)
-    lines = [f"Largest batch per GPU on a {cards} GB card:", "",
-             "| method | size | " + " | ".join(columns) + " |", "|---|---|" + "---:|" * len(columns)]
-    for key, row in figures.items():
-        method, size = key.split(" ", 1)
-        cells = [" / ".join(str(row[label]["largest_batch"][str(gb)]) for gb in TABLE_CARDS) for label in columns]
-        lines.append(f"| {method} | {size} | " + " | ".join(cells) + " |")
-    lines += ["", f"GPU memory a batch of {PAPER_BATCH} per GPU needs (the papers' 1,024 over 8 GPUs; in bold where "
-                  f"a {TABLE_CARDS[0]} GB card holds it):", "",
-              "| method | size | " + " | ".join(columns) + " |", "|---|---|" + "---:|" * len(columns)]
-    for key, row in figures.items():
-        method, size = key.split(" ", 1)
-        cells = []
-        for label in columns:
-            needed = row[label][f"card_for_{PAPER_BATCH}_gb"]
-            cells.append(f"**{needed:g} GB**" if needed <= TABLE_CARDS[0] else f"{needed:g} GB")
-        lines.append(f"| {method} | {size} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-TRAINING_DOC = TABLE_FILE.parents[1] / "training.md"
-TABLE_START = "<!-- fits-table: generated by `python -m hf_longclip.recipes.planner --write-table` -->"
-TABLE_END = "<!-- /fits-table -->"
-
-
-def write_table(path: Path = TABLE_FILE, progress=print) -> dict:
-    """Trace every cell of the table and write it to `path`, with the command, date, machine and versions."""
-    from hf_longclip.training.provenance import provenance
-
-    start = time.perf_counter()
-    rows = table_plans(progress=progress)
-    data = {**provenance(seconds=round(time.perf_counter() - start)),
-            "command": "python -m hf_longclip.recipes.planner --write-table",
-            "cards_gb": list(TABLE_CARDS), "columns": {label: options for label, options in TABLE_SETTINGS.items()},
-            "usable_gib": {str(gb): round(usable_bytes(gb) / GiB, 2) for gb in TABLE_CARDS},
-            "assumptions": assumptions(PlanSettings(zero_stage=2, processes=8)), "rows": rows}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n")
-    return data
-
-
-def update_docs(doc: Path = TRAINING_DOC, figures: dict | None = None) -> None:
-    """Put `fits_table(figures)` between the table's markers in docs/training.md."""
-    text = doc.read_text()
-    if TABLE_START not in text or TABLE_END not in text:
-        raise ValueError(f"{doc} has no {TABLE_START} ... {TABLE_END} markers")
-    head, rest = text.split(TABLE_START, 1)
-    _, tail = rest.split(TABLE_END, 1)
-    doc.write_text(f"{head}{TABLE_START}\n{fits_table(figures)}\n{TABLE_END}{tail}")
-
-
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description="regenerate docs/training.md's \"What fits where\" tables: trace "
-                                                 "every cell into docs/benchmarks/fits.json (minutes on a CPU) and "
-                                                 "render them into the page")
-    parser.add_argument("--write-table", action="store_true", help="trace every cell, write the JSON and the page")
-    parser.add_argument("--update-docs", action="store_true", help="render the page's tables from the JSON only")
-    args = parser.parse_args(argv)
-    if args.write_table:
-        write_table()
-    if args.write_table or args.update_docs:
-        update_docs()
-    print(fits_table())
-
-
-__all__ = ["GPU_MEMORY_GB", "MemoryPlan", "PlanSettings", "assumptions", "card_needed", "fits_table", "format_plan",
-           "plan_memory", "step_workload", "table_plans", "update_docs", "usable_bytes", "write_table"]
-
-if __name__ == "__main__":
-    main()
+__all__ = ["GPU_MEMORY_GB", "MemoryPlan", "PlanSettings", "assumptions", "format_plan", "plan_memory", "step_workload",
+           "usable_bytes"]

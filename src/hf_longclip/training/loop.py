@@ -11,7 +11,7 @@ import logging
 import math
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,28 @@ def validation_loss(task: Task, model, dataset: Dataset, batch_size: int, accele
     return accelerator.reduce(total / count, reduction="mean").item()
 
 
+def optimizer_step(task: Task, model, batch: dict, optimizer: torch.optim.Optimizer, accelerator: Accelerator,
+                   max_grad_norm: float = 0.0, chunk: int = 0, steps: Mapping[str, Callable] | None = None
+                   ) -> dict[str, torch.Tensor]:
+    """The loop's work on one batch, inside `accelerator.accumulate`: the task's loss and its backward, or gradient
+    caching's two passes in chunks of `chunk` samples (`gradient_cache.cached_backward`); gradient clipping to
+    `max_grad_norm` (0: none) where gradients are synchronised; the optimizer's step and `zero_grad`. `steps` stand
+    in for the task's `device_step`, `encode` and `loss` (the loop's compiled ones, the memory planner's marked
+    ones). Returns the loss terms."""
+    steps = steps or {}
+    if chunk:
+        terms = cached_backward(task, model, batch, chunk, accelerator, steps.get("encode"), steps.get("loss"))
+    else:
+        device_step = steps.get("device_step")  # a task may override compute_loss without it
+        terms = task.compute_loss(model, batch, device_step) if device_step else task.compute_loss(model, batch)
+        accelerator.backward(sum_of_terms(terms))
+    if accelerator.sync_gradients and max_grad_norm > 0:
+        accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return terms
+
+
 def train(
     task: Task,
     train_dataset: Dataset,
@@ -288,21 +310,11 @@ def train(
                 batch, counts = batch
                 add_counts(captions, counts)
             with accelerator.accumulate(model):
-                if args.contrastive_batch_size:
-                    terms = cached_backward(task, model, batch, args.per_device_train_batch_size, accelerator,
-                                            compiled.get("encode"), compiled.get("loss"))
-                    total = sum_of_terms(terms)
-                else:
-                    terms = (task.compute_loss(model, batch, compiled["device_step"]) if compiled
-                             else task.compute_loss(model, batch))
-                    total = sum_of_terms(terms)
-                    accelerator.backward(total)
-                window.add(total, terms)
-                if accelerator.sync_gradients and args.max_grad_norm > 0:
-                    accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-                optimizer.step()
+                terms = optimizer_step(task, model, batch, optimizer, accelerator, args.max_grad_norm,
+                                       args.per_device_train_batch_size if args.contrastive_batch_size else 0,
+                                       compiled)
+                window.add(sum_of_terms(terms), terms)
                 scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
             batches_done += 1
             if not accelerator.sync_gradients:
                 continue

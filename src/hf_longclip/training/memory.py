@@ -1,13 +1,13 @@
 """What one training step holds in memory, traced rather than estimated.
 
-The step the loop runs (`hf_longclip.training.loop.train`: the task's forward and objective, or gradient caching's
-two passes; backward; gradient clipping; AdamW; the task's after-step hook) runs on fake tensors
-(`torch._subclasses.fake_tensor.FakeTensorMode`: shapes, dtypes and devices, no data, no arithmetic), under a
-dispatch mode (`StorageLedger`) that keeps the bytes of every live tensor storage, sorted by what it holds
-(`CATEGORIES`: weights, buffers, gradients, optimizer state, the batch, the objective's extras, activations and
-temporaries), after every operator. The result (`StepMemory`) is that timeline at a few batch sizes; between them
-every operator's live bytes are fitted as a polynomial of the batch (degree 2: the B x N*B similarity matrices of
-the gathered batch), so the peak at any batch is the largest of them, whichever operator it falls on.
+The loop's own step (`hf_longclip.training.loop.optimizer_step`: the task's forward and objective, or gradient
+caching's two passes; backward; gradient clipping; AdamW), then the task's after-step hook, runs on fake tensors
+(`torch._subclasses.fake_tensor.FakeTensorMode`: shapes, dtypes and devices, no data, no arithmetic) under PyTorch's
+memory tracker (`torch.distributed._tools.mem_tracker.MemTracker`: the bytes of every live tensor storage, by what it
+holds: `CATEGORIES`), whose snapshot is kept after every operator (`StepTracker`). The result (`StepMemory`) is that
+timeline at a few batch sizes; between them every operator's live bytes are fitted as a polynomial of the batch
+(degree 2: the B x N*B similarity matrices of the gathered batch), so the peak at any batch is the largest of them,
+whichever operator it falls on.
 
     memory = trace_step_memory(build, StepOptions(precision="bf16", gradient_checkpointing=True), (8, 16, 24))
     memory.peak(128, Sharding(zero_stage=2, processes=8))        # bytes per process
@@ -15,8 +15,9 @@ the gathered batch), so the peak at any batch is the largest of them, whichever 
 
 Where the trace is exact and where it is not:
 
-- The batch's contrastive gather across processes runs through a fake process group of `processes` ranks
-  (`torch.testing._internal.distributed.fake_pg`): the gathered rows and the B x N*B logits are in the trace.
+- The batch's contrastive gather across processes runs through a fake process group of `processes` ranks (the
+  "fake" backend, which `torch.distributed._tools` registers): the gathered rows and the B x N*B logits are in the
+  trace.
 - Under `precision="bf16"` the model's forward runs as accelerate runs it (`Accelerator.prepare`: the forward under
   bf16 autocast, its outputs cast back to fp32; what the task runs outside the model's forward, in fp32). Under
   DeepSpeed (`Sharding.zero_stage > 0`) with bf16 the weights are bf16 and there is no autocast, as DeepSpeed's
@@ -37,20 +38,24 @@ import contextlib
 import gc
 import time
 import warnings
-import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import MethodType
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch._guards import active_fake_mode
+from torch.distributed._tools.mem_tracker import MemTracker
+from torch.distributed._tools.mod_tracker import ModTracker
+from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .task import Task, sum_of_terms
+from .task import Task
 
-CATEGORIES = ("weights", "buffers", "gradients", "optimizer", "inputs", "extra", "activations")
+# MemTracker's kinds of memory -> the planner's names (`Sharding.scales` divides some of them)
+_KINDS = {"Parameter": "weights", "Buffer": "buffers", "Gradient": "gradients", "Optstate": "optimizer",
+          "Activation": "activations", "Temp": "temporaries", "Other": "extra"}
+CATEGORIES = tuple(_KINDS.values())
 _INDEX = {name: index for index, name in enumerate(CATEGORIES)}
 
 
@@ -79,67 +84,66 @@ def _is_fake(tensor) -> bool:
     return isinstance(tensor, FakeTensor)
 
 
-class StorageLedger(TorchDispatchMode):
-    """Live bytes of every tensor storage an operator made inside it, by category (`CATEGORIES`), after each
-    operator (`events`, when `recording`). A new storage takes the category `category` says; `tag` moves storages
-    (made inside or outside the ledger) to another. A storage leaves when its last tensor is freed (a weak-reference
-    finalizer), so views and in-place results are counted once."""
+class StepTracker(MemTracker):
+    """PyTorch's `MemTracker` (live bytes of every tensor storage, by kind: parameters, buffers, gradients, optimizer
+    state, activations, backward's temporaries, others), without its per-module statistics (`_NoModuleHooks`),
+    which also keeps its bytes by category (`live()`) after each operator in `events` while `recording` and answers
+    the host's reads of fake tensors (`with_host_values`)."""
 
     def __init__(self):
         super().__init__()
-        self._entries = WeakIdKeyDictionary()  # storage -> [bytes, category index]
-        self.live = [0] * len(CATEGORIES)
-        self.category = "activations"
+        self._mod_tracker = _NoModuleHooks()
         self.recording = False
-        self.events: list[tuple[int, ...]] = []
+        self.events: list[np.ndarray] = []
 
-    def _free(self, entry: list) -> None:
-        self.live[entry[1]] -= entry[0]
-
-    def _storages(self, values) -> Iterable[torch.UntypedStorage]:
-        for value in tree_flatten(values)[0]:
-            if isinstance(value, torch.Tensor):
-                yield value.untyped_storage()
-
-    def tag(self, values, category: str) -> None:
-        """Count the storages of the tensors in `values` (any pytree) as `category` from now on."""
-        index = _INDEX[category]
-        for storage in self._storages(values):
-            entry = self._entries.get(storage)
-            if entry is None:
-                self._add(storage, index)
-            elif entry[1] != index:
-                self.live[entry[1]] -= entry[0]
-                self.live[index] += entry[0]
-                entry[1] = index
-
-    def retag(self, source: str, target: str) -> None:
-        """Count every live storage of category `source` as `target` from now on."""
-        old, new = _INDEX[source], _INDEX[target]
-        for entry in self._entries.values():
-            if entry[1] == old:
-                entry[1] = new
-        self.live[new] += self.live[old]
-        self.live[old] = 0
-
-    def _add(self, storage: torch.UntypedStorage, index: int) -> None:
-        entry = [storage.nbytes(), index]
-        self._entries[storage] = entry
-        self.live[index] += entry[0]
-        weakref.finalize(storage, self._free, entry)
+    def live(self, kind: str = "current") -> np.ndarray:
+        """Bytes of each of `CATEGORIES` now ("current") or at the peak since the tracker was entered ("peak")."""
+        row = np.zeros(len(CATEGORIES))
+        for snapshot in self.get_tracker_snapshot(kind).values():  # one per device
+            for key, nbytes in snapshot.items():
+                name = _KINDS.get(getattr(key, "value", key))  # not the "Total"
+                if name is not None:
+                    row[_INDEX[name]] += nbytes
+        return row
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten._local_scalar_dense.default and _is_fake(args[0]):
             # a value read on the host has no data here (`_host_value`)
             return _host_value(args[0])
-        out = func(*args, **(kwargs or {}))
-        index = _INDEX[self.category]
-        for storage in self._storages(out):
-            if storage not in self._entries:
-                self._add(storage, index)
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        fake = active_fake_mode()
+        if fake is not None:
+            # the fake mode's memo (a cache) holds a weak reference to every fake tensor made, and `module.to()` of
+            # a fake module swaps its parameters (peft's adapters placed like their layer, OneLIP's teacher put in
+            # the model's dtype), which torch refuses while one is held
+            fake.fake_tensor_converter.tensor_memo.clear()
         if self.recording:
-            self.events.append(tuple(self.live))
+            self.events.append(self.live())
         return out
+
+    def track_model(self, model: torch.nn.Module) -> None:
+        """Count `model`'s parameters and buffers as such and, from now on, its trained parameters' gradients as
+        gradients (what MemTracker does for a module it sees run; autograd refuses a frozen parameter's hook)."""
+        for param in model.parameters():
+            if not param.requires_grad:
+                self._param_to_grad_hook_handles.setdefault(param, (_NO_HOOK, _NO_HOOK))
+        self._track_module_params_and_buffers(model)
+
+
+class _NoModuleHooks(ModTracker):
+    """MemTracker's module tracker without its hooks: whether backward runs, no per-module statistics. Those refuse a
+    second call of a top-level module (the loop's step makes several: gradient caching's chunks, Long-CLIP's short
+    captions) and their gradient hooks on the modules' inputs refuse `torch.autograd.grad` (gradient caching's
+    objective over cached outputs)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        pass
+
+
+_NO_HOOK = RemovableHandle(OrderedDict())  # removes nothing
 
 
 @dataclass
@@ -212,33 +216,35 @@ class Sharding:
 @dataclass
 class Timeline:
     """Live bytes by category after each operator of one traced step at `batch_size` (`events`: operators x
-    categories), the index of the first operator of the optimizer's step (gradient clipping), the live bytes before
-    the step (its batch made), the operators of the objective over the whole batch (`task.loss`), the live bytes
-    once backward is done and the seconds the trace took."""
+    categories), the live bytes before the step (its batch made), where the objective over the whole batch starts
+    and where the part after it ends (the next chunk's encoding, or the optimizer's step), the live bytes once
+    backward is done and the seconds the trace took."""
 
     batch_size: int
     events: np.ndarray
-    optimizer_start: int
     before: np.ndarray
-    loss_span: tuple[int, int]  # the objective over the whole batch, to the next chunk's encoding or the optimizer
+    segments: tuple[int, int]
     after_backward: np.ndarray
     seconds: float
 
 
 class _OneProcess:
-    """What `gradient_cache.cached_backward` and the tasks' after-step hooks ask of an Accelerator, for one process
-    without a wrapper."""
+    """What `loop.optimizer_step`, `gradient_cache.cached_backward` and the tasks' after-step hooks ask of an
+    Accelerator, for one process without a wrapper."""
 
-    def __init__(self):
+    def __init__(self, device: torch.device):
         from accelerate.utils import DistributedType
 
-        self.distributed_type, self.device, self.sync_gradients = DistributedType.NO, torch.device("cpu"), True
+        self.distributed_type, self.device, self.sync_gradients = DistributedType.NO, device, True
 
     def no_sync(self, model):
         return contextlib.nullcontext()
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
+
+    def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2):
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def unwrap_model(self, model):
         return model
@@ -253,10 +259,7 @@ def fake_process_group(processes: int):
     if processes == 1 or (dist.is_available() and dist.is_initialized()):
         yield
         return
-    import torch.distributed._tools.fake_collectives  # noqa: F401 (collectives on fake tensors)
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=processes)
+    dist.init_process_group("fake", store=dist.HashStore(), rank=0, world_size=processes)
     try:
         with warnings.catch_warnings():  # torch.distributed.nn.functional.all_gather's deprecation notice
             warnings.simplefilter("ignore", FutureWarning)
@@ -265,31 +268,22 @@ def fake_process_group(processes: int):
         dist.destroy_process_group()
 
 
-@contextlib.contextmanager
-def _convertible_fake_parameters(fake):
-    """`module.to(...)` of fake parameters (peft's adapters placed like their layer, OneLIP's teacher put in the
-    model's dtype): torch swaps a fake parameter with its converted copy, which it refuses while the fake mode's memo
-    of converted tensors holds a weak reference to either; the memo (a cache) is emptied before each swap."""
-    swap = torch.utils.swap_tensors
+def _mixed_precision(model: torch.nn.Module, device_type: str) -> None:
+    """`model`'s forward under bf16 autocast, its outputs cast to fp32: what `Accelerator.prepare` does under mixed
+    precision (by wrapping `forward`), here by the module's forward hooks."""
+    from accelerate.utils import convert_to_fp32
 
-    def swap_tensors(first, second):
-        fake.fake_tensor_converter.tensor_memo.clear()
-        return swap(first, second)
-
-    torch.utils.swap_tensors = swap_tensors
-    try:
-        yield
-    finally:
-        torch.utils.swap_tensors = swap
-
-
-def _autocast_forward(model: torch.nn.Module, device_type: str) -> None:
-    """`model.forward` as `Accelerator.prepare` wraps it under mixed precision: bf16 autocast, outputs cast to fp32."""
-    from accelerate.utils import convert_outputs_to_fp32
-
-    forward = model.forward.__func__
     autocast = torch.autocast(device_type, dtype=torch.bfloat16)
-    model.forward = MethodType(convert_outputs_to_fp32(autocast(forward)), model)
+
+    def leave(module, args, output):
+        autocast.__exit__(None, None, None)
+        return convert_to_fp32(output)
+
+    def enter(module, args):
+        autocast.__enter__()
+
+    model.register_forward_pre_hook(enter)
+    model.register_forward_hook(leave, always_call=True)
 
 
 def _optimizer(model: torch.nn.Module, options: StepOptions) -> torch.optim.Optimizer:
@@ -304,98 +298,81 @@ def _trained(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 class TrainingStep:
-    """One optimizer step of `workload` as the loop runs it under `options`: gradient checkpointing, the model's
-    forward under bf16 autocast as accelerate wraps it (unless `options.deepspeed`: bf16 weights then), the task's
-    loss (or gradient caching's two passes), backward, gradient clipping, AdamW over the loop's parameter groups,
-    `zero_grad(set_to_none=True)`, the task's after-step hook. On real tensors (benchmarks/gpu_suite.py measures it)
-    or traced: with a `ledger`, it marks where in the ledger's events the objective over the whole batch
-    (`task.loss`), each encoding and the optimizer's step start, and counts gradients and the task's additions to
-    the batch (queued negatives) as such."""
+    """One optimizer step of `workload` as the loop runs it under `options` (`loop.optimizer_step`, then the task's
+    after-step hook) and what the loop sets up for it: gradient checkpointing, the model's forward under bf16
+    autocast as accelerate runs it (unless `options.deepspeed`: bf16 weights then), AdamW over the loop's parameter
+    groups. On real tensors (`measured_step_peak`, benchmarks/gpu_suite.py) or traced: with a `tracker`, it notes
+    where in the tracker's events the objective over the whole batch, each encoding and the optimizer's step start
+    (the task's `encode`, `loss` and `device_step`, handed to the step as the loop hands its compiled ones)."""
 
-    def __init__(self, workload: StepWorkload, options: StepOptions, ledger: StorageLedger | None = None):
-        self.workload, self.options, self.ledger = workload, options, ledger
+    def __init__(self, workload: StepWorkload, options: StepOptions, tracker: StepTracker | None = None):
+        self.options, self.tracker = options, tracker
         model = self.model = workload.model
         self.task = workload.task
-        self.accelerator = _OneProcess()
-        self.accelerator.device = next(model.parameters()).device
+        self.accelerator = _OneProcess(next(model.parameters()).device)
         if options.gradient_checkpointing:
             with warnings.catch_warnings():  # transformers 5 renames it; the loop still calls this name
                 warnings.simplefilter("ignore", FutureWarning)
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if options.precision == "bf16" and not options.deepspeed:
-            _autocast_forward(model, self.accelerator.device.type)
+            _mixed_precision(model, self.accelerator.device.type)
         model.train()
         self.optimizer = _optimizer(model, options)
-        self.loss_span, self.optimizer_start, self.encode_starts, self.after_backward = (0, 0), 0, [], None
-        if ledger is not None:
-            self._mark(ledger)
+        self.steps = None
+        self.loss_start, self.optimizer_start, self.encode_starts, self.after_backward = 0, 0, [], None
+        if tracker is not None:
+            tracker.track_model(model)
+            self.steps = self._marked_steps()
+            self.optimizer.register_step_pre_hook(self._optimizer_starts)
 
-    def _events(self) -> int:
-        return len(self.ledger.events)
-
-    def _mark(self, ledger: StorageLedger) -> None:
+    def _marked_steps(self) -> dict[str, Callable]:
+        """The task's `encode`, `loss` and `device_step` (`Task.device_step`: encode, then loss), noting where in the
+        tracker's events each encoding and the objective start."""
         task = self.task
-        for param in _trained(self.model):  # a parameter's .grad counts as a gradient once accumulated
-            param.register_post_accumulate_grad_hook(lambda p: ledger.tag([p.grad], "gradients"))
-        loss, prepare, encode = task.loss, task.prepare_step, task.encode
 
-        def marked_loss(model, encoded, batch):
-            begin = self._events()
-            terms = loss(model, encoded, batch)
-            self.loss_span = (begin, self._events())
-            return terms
+        def encode(model, batch):
+            self.encode_starts.append(len(self.tracker.events))
+            return task.encode(model, batch)
 
-        def marked_encode(model, batch):
-            self.encode_starts.append(self._events())
-            return encode(model, batch)
+        def loss(model, encoded, batch):
+            self.loss_start = len(self.tracker.events)
+            return task.loss(model, encoded, batch)
 
-        def prepare_step(model, batch):  # what the task adds to the batch (queued negatives) is its extra
-            prepared = prepare(model, batch)
-            ledger.tag([value for key, value in prepared.items() if key not in batch], "extra")
-            return prepared
+        def device_step(model, batch):
+            encoded = encode(model, batch)
+            return loss(model, encoded, batch), encoded
 
-        task.loss, task.prepare_step, task.encode = marked_loss, prepare_step, marked_encode
+        return {"encode": encode, "loss": loss, "device_step": device_step}
+
+    def _optimizer_starts(self, optimizer, args, kwargs) -> None:
+        self.optimizer_start, self.after_backward = len(self.tracker.events), self.tracker.live()
 
     def segments(self) -> tuple[int, int]:
         """Where the objective over the whole batch starts, and where what follows it before the next chunk's
-        encoding ends (gradient caching: its gradient; otherwise: the whole backward)."""
-        begin, end = self.loss_span
-        later = [start for start in self.encode_starts if start >= end]
-        return begin, min(later) if later else self.optimizer_start
+        encoding ends (gradient caching: its gradient; otherwise: backward and clipping)."""
+        later = [start for start in self.encode_starts if start > self.loss_start]
+        return self.loss_start, min(later) if later else self.optimizer_start
 
     def __call__(self, batch: dict) -> None:
-        from .gradient_cache import cached_backward
+        from .loop import optimizer_step
 
-        task, model, options, ledger = self.task, self.model, self.options, self.ledger
         self.encode_starts = []
-        if options.chunk:
-            cached_backward(task, model, batch, options.chunk, self.accelerator)
-        else:
-            sum_of_terms(task.compute_loss(model, batch)).backward()
-        if ledger is not None:
-            self.optimizer_start, self.after_backward = self._events(), np.asarray(ledger.live, dtype=np.float64)
-            ledger.category = "optimizer"  # the optimizer step's temporaries
-        if options.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(_trained(model), options.max_grad_norm, foreach=options.foreach)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if ledger is not None:
-            ledger.category = "activations"
-        task.after_optimizer_step(model, self.accelerator)
+        optimizer_step(self.task, self.model, batch, self.optimizer, self.accelerator, self.options.max_grad_norm,
+                       self.options.chunk, self.steps)
+        self.task.after_optimizer_step(self.model, self.accelerator)
 
 
-def live_step_peak(step: "TrainingStep", batch) -> int:
-    """Bytes of the storages one real step of `step` on `batch` creates at its peak, above what lives before it (the
-    weights, buffers, batch and optimizer state): the measurement a planner's prediction is checked against on the
-    CPU, where no allocator counts torch's memory."""
-    ledger = StorageLedger()
-    ledger.tag([list(step.model.parameters()), list(step.model.buffers()), batch,
-                [list(state.values()) for state in step.optimizer.state.values()]], "weights")
-    before = sum(ledger.live)
-    ledger.recording = True
-    with ledger:
+def measured_step_peak(step: TrainingStep, batch: dict) -> int:
+    """Bytes above what lives before it (the weights, buffers, batch and optimizer state) at which one real step of
+    `step` on `batch` peaks, as MemTracker counts live tensor storages: the measurement a planner's prediction is
+    checked against on the CPU, where no allocator counts torch's memory."""
+    tracker = StepTracker()
+    tracker.track_model(step.model)
+    tracker.track_external(step.optimizer, batch)
+    with tracker:
+        before = tracker.live().sum()
         step(batch)
-    return int(max(sum(event) for event in ledger.events) - before)
+    return int(tracker.live("peak").sum() - before)
 
 
 def trace_step_memory(build: Callable[[], StepWorkload], options: StepOptions,
@@ -407,12 +384,11 @@ def trace_step_memory(build: Callable[[], StepWorkload], options: StepOptions,
 
     if len(batch_sizes) < 2 or sorted(set(batch_sizes)) != list(batch_sizes):
         raise ValueError(f"trace at two or more increasing batch sizes, got {batch_sizes}")
-    ledger = StorageLedger()
+    tracker = StepTracker()
     timelines = []
-    fake = FakeTensorMode()
     default_dtype = torch.get_default_dtype()
     try:
-        with fake_process_group(options.processes), _convertible_fake_parameters(fake), fake, ledger:
+        with fake_process_group(options.processes), FakeTensorMode() as fake, tracker:
             # DeepSpeed's bf16 weights: built in bf16 (cheaper than converting fake modules)
             torch.set_default_dtype(torch.bfloat16 if options.deepspeed and options.precision == "bf16"
                                     else default_dtype)
@@ -420,34 +396,28 @@ def trace_step_memory(build: Callable[[], StepWorkload], options: StepOptions,
                 workload = build()
             torch.set_default_dtype(default_dtype)
             model = workload.model
-            step = TrainingStep(workload, options, ledger)
+            step = TrainingStep(workload, options, tracker)
             step(workload.make_batch(batch_sizes[0]))
             gc.collect()
-            # what the first step leaves alive besides weights and AdamW's state is the task's: kept position rows,
-            # a frozen teacher, queues
-            ledger.retag("activations", "extra")
-            ledger.tag([dict(model.named_buffers())], "buffers")
-            ledger.tag([list(model.parameters())], "weights")
-            ledger.tag(workload.extra() if callable(workload.extra) else workload.extra, "extra")
-            ledger.tag([list(state.values()) for state in step.optimizer.state.values()], "optimizer")
+            # at rest: the model's weights and buffers, AdamW's state and, the objective's, what else the first step
+            # left (a frozen teacher, queues, kept position rows)
+            tracker.track_external(workload.extra() if callable(workload.extra) else workload.extra)
+            rest = tracker.live()
             for batch_size in batch_sizes:
                 start = time.perf_counter()
                 batch = workload.make_batch(batch_size)
-                ledger.tag([batch], "inputs")
-                before = np.asarray(ledger.live, dtype=np.float64)
-                ledger.events, ledger.recording = [], True
+                before = tracker.live()
+                tracker.events, tracker.recording = [], True
                 step(batch)
-                ledger.recording = False
+                tracker.recording = False
                 del batch
-                timelines.append(Timeline(batch_size, np.asarray(ledger.events, dtype=np.float64),
-                                          step.optimizer_start, before, step.segments(), step.after_backward,
-                                          time.perf_counter() - start))
+                timelines.append(Timeline(batch_size, np.asarray(tracker.events), before, step.segments(),
+                                          step.after_backward, time.perf_counter() - start))
             parameters = sum(param.numel() for param in model.parameters())
             trained = sum(param.numel() for param in _trained(model))
     finally:
         torch.set_default_dtype(default_dtype)
-    return StepMemory(timelines, parameters, trained, chunked=bool(options.chunk))
-
+    return StepMemory(timelines, rest, parameters, trained, chunked=bool(options.chunk))
 
 class StepMemory:
     """Traced timelines of one step at several batch sizes (`trace_step_memory`) and what follows from them: the
@@ -460,8 +430,10 @@ class StepMemory:
     batch's size) is fitted by its largest operator at each traced batch, by category (degree 1 for chunk passes:
     their peak grows with the cached per-sample outputs; else 2)."""
 
-    def __init__(self, timelines: list[Timeline], parameters: int, trained_parameters: int, chunked: bool = False):
-        self.timelines, self.parameters, self.trained_parameters = timelines, parameters, trained_parameters
+    def __init__(self, timelines: list[Timeline], rest: np.ndarray, parameters: int, trained_parameters: int,
+                 chunked: bool = False):
+        self.timelines, self.rest = timelines, rest
+        self.parameters, self.trained_parameters = parameters, trained_parameters
         self.batch_sizes = [timeline.batch_size for timeline in timelines]
         self.degree = min(2, len(timelines) - 1)
         sizes = np.asarray(self.batch_sizes, dtype=np.float64)
@@ -481,7 +453,7 @@ class StepMemory:
 
     @staticmethod
     def _segment(timeline: Timeline, index: int) -> np.ndarray:
-        begin, end = timeline.loss_span
+        begin, end = timeline.segments
         bounds = (0, begin, end, len(timeline.events))
         return timeline.events[bounds[index]:bounds[index + 1]]
 
@@ -524,11 +496,11 @@ class StepMemory:
         return [float((timeline.events * scales).sum(axis=1).max()) for timeline in self.timelines]
 
     def at_rest(self, sharding: Sharding = Sharding()) -> dict[str, float]:
-        """Bytes of each category before the step starts (weights, buffers, optimizer state, extras), per process."""
-        scales = sharding.scales()
-        before = self.timelines[0].before
-        return {name: float(before[_INDEX[name]]) * scales[name] for name in ("weights", "buffers", "optimizer",
-                                                                                 "extra")}
+        """Bytes per process before a step's batch is made: the model's weights and buffers, the optimizer state,
+        and the objective's "extra" (all else that lives on: a frozen teacher, queues)."""
+        rest = self.rest * self._scales(sharding)
+        parts = {name: float(rest[_INDEX[name]]) for name in ("weights", "buffers", "optimizer")}
+        return {**parts, "extra": float(rest.sum()) - sum(parts.values())}
 
     def live_before(self, batch_size: float, sharding: Sharding = Sharding()) -> float:
         """Bytes live when a step at `batch_size` starts (what `at_rest` counts, and the batch), per process."""
@@ -566,5 +538,5 @@ class StepMemory:
         return low * multiple
 
 
-__all__ = ["CATEGORIES", "Sharding", "StepMemory", "StepOptions", "StepWorkload", "StorageLedger", "Timeline",
-           "TrainingStep", "fake_process_group", "live_step_peak", "trace_step_memory", "with_host_values"]
+__all__ = ["CATEGORIES", "Sharding", "StepMemory", "StepOptions", "StepTracker", "StepWorkload", "Timeline",
+           "TrainingStep", "fake_process_group", "measured_step_peak", "trace_step_memory", "with_host_values"]
