@@ -8,9 +8,9 @@ import sys
 
 HEAVY = ("torch", "transformers", "cv2", "skimage", "datasets", "hf_longclip")
 
-# `eval --help` lists the tasks and benchmarks, `convert --help` the formats, from registries that import the
-# package: the commands whose help is not light (timed by benchmarks/bench_cli.py)
-HEAVY_HELP = ("eval", "convert")
+# `eval --help` lists the tasks and benchmarks, `convert --help` the formats, `plan --help` the methods, from
+# registries that import the package: the commands whose help is not light (timed by benchmarks/bench_cli.py)
+HEAVY_HELP = ("eval", "convert", "plan")
 
 # runs the console script's `main` on each argv of a JSON list of argv lists ("all": `--help` and every command's
 # `--help` but HEAVY_HELP's), then reports which heavy modules got imported

@@ -260,6 +260,7 @@ def test_scripts_stop_before_any_work(accelerator, tmp_path, trained):
 def test_a_finished_run_is_reused_only_with_its_arguments(accelerator, tmp_path):
     """`train_variants` skips a variant whose evaluation is written when resuming, unless its arguments changed."""
     from hf_longclip.training.arguments import run_signature
+    from hf_longclip.training.runs import LENGTH, run_length
 
     def run(**overrides):
         return train_variants(accelerator, ["row"], lambda _: (LinearTask(), None), lambda model, processor: {},
@@ -269,7 +270,8 @@ def test_a_finished_run_is_reused_only_with_its_arguments(accelerator, tmp_path)
     finished = loop_args(tmp_path, resume_from_checkpoint="latest")
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "row.json").write_text(json.dumps(
-        {"results": {"r1": 1.0}, "history": [], "arguments": run_signature(finished, 1, {"queue_size": 4})}))
+        {"results": {"r1": 1.0}, "history": [], "arguments": run_signature(finished, 1, {"queue_size": 4}),
+         LENGTH: run_length(finished)}))
     assert run(resume_from_checkpoint="latest")[0] == {"row": {"r1": 1.0}}
     with pytest.raises(ValueError, match="cannot reuse the finished row.*per_device_train_batch_size=2 -> 4"):
         run(resume_from_checkpoint="latest", per_device_train_batch_size=4)

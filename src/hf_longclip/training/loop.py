@@ -270,12 +270,12 @@ def train(
     resume = resolve_resume(run_dir, args.resume_from_checkpoint, args.overwrite_output_dir)
     if resume is not None:
         state = read_state(resume)
-        check_arguments(state.get(ARGUMENTS, {}), signature, f"cannot resume {run_name} from {resume}",
+        check_arguments(state[ARGUMENTS], signature, f"cannot resume {run_name} from {resume}",
                         args.allow_changed_arguments)
         accelerator.load_state(str(resume))
         step, epoch, batches_done, history = (state["step"], state["epoch"], state["batches_in_epoch"],
                                               state["history"])
-        check_resumed_length(run_name, step, state.get("total_steps", total_steps), total_steps)
+        check_resumed_length(run_name, step, state["total_steps"], total_steps)
         process_state = read_process_state(resume, accelerator.process_index)
         task.load_state_dict(process_state["task"])
         window.load_state_dict(process_state["loss_window"])
@@ -283,7 +283,7 @@ def train(
             loader.load_state_dict(process_state["data_loader"], epoch)
             captions = loader.caption_counts
         else:
-            captions.update(process_state.get("caption_counts", {}))
+            captions.update(process_state["caption_counts"])
         logger.info(f"{run_name}: resumed from {resume} at step {step}", main_process_only=True)
     elif run_dir.exists() and accelerator.is_main_process:  # checkpoints only with --overwrite_output_dir
         logger.warning(f"{run_name}: starting afresh, removing {run_dir}")

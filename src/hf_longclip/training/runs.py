@@ -131,7 +131,7 @@ def check_output_dir(loop_args: LoopArguments, run_signature_part: dict) -> None
             resumed += [path] if path is not None else []
         for path in resumed:
             if checkpoint_problem(path) is None:
-                check_arguments(read_state(path).get(ARGUMENTS, {}), {"run": run_signature_part},
+                check_arguments(read_state(path)[ARGUMENTS], {"run": run_signature_part},
                                 f"cannot resume from {path}", loop_args.allow_changed_arguments)
     except ValueError as error:
         raise SystemExit(str(error)) from None
