@@ -139,6 +139,7 @@ from hf_longclip.recipes.registry import (  # noqa: E402
     method_names,
 )
 from hf_longclip.training.compile import compile_step  # noqa: E402
+from hf_longclip.training.memory import OneProcessAccelerator  # noqa: E402
 from hf_longclip.training.provenance import cpu_name  # noqa: E402
 from hf_longclip.training.task import Task, clamp_logit_scale  # noqa: E402
 
@@ -271,13 +272,6 @@ class Workload:
     task: Task | None = None  # the library's task: compiled as the loop compiles it (its `device_step`)
 
 
-class OneProcess:
-    """What a task's after-step hook asks of an Accelerator, for one process without a wrapper."""
-
-    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        return model
-
-
 def build_clip(size: ModelSize, options: BuildOptions, data: RandomData, length: int) -> Workload:
     """transformers' CLIPModel, its own symmetric InfoNCE; 248 tokens need a 248-row position table."""
     model = CLIPModel(CLIPConfig(text_config=size.text_config(length), vision_config=size.vision_config(),
@@ -285,7 +279,7 @@ def build_clip(size: ModelSize, options: BuildOptions, data: RandomData, length:
     return Workload(
         model, lambda m, batch: {"contrastive_loss": m(**batch, return_loss=True).loss},
         lambda b: {**data.texts(b, length), "pixel_values": data.images(b)},
-        lambda: clamp_logit_scale(OneProcess(), model))  # the tasks' clamp: no host read
+        lambda: clamp_logit_scale(OneProcessAccelerator(data.device), model))  # the tasks' clamp: no host read
 
 
 def build_method(name: str, size: ModelSize, options: BuildOptions, data: RandomData) -> Workload:
@@ -295,7 +289,7 @@ def build_method(name: str, size: ModelSize, options: BuildOptions, data: Random
     model, task = spec.build(size, options)
     note = "; ".join(spec.plan_notes(options))
     return Workload(model, task.compute_loss, lambda b: spec.example_batch(size, b, data, options),
-                    lambda: task.after_optimizer_step(model, OneProcess()), note, task)
+                    lambda: task.after_optimizer_step(model, OneProcessAccelerator(data.device)), note, task)
 
 
 def build_text_encoders(size: ModelSize) -> dict[str, torch.nn.Module]:

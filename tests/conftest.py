@@ -2,11 +2,23 @@
 evaluate modules cache) and the run's summary line when transformers' common model tests could not be fetched. This
 file holds fixtures and hooks only: the builders tests import live in tests/helpers/ (`helpers.builders`, ...)."""
 
+import os
+
 import pytest
 
 from helpers.builders import CAPTIONS, random_images, tiny_processor
 from helpers.transformers_common import UNAVAILABLE_PREFIX
 from hf_longclip import HiMoCLIPProcessor
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (`-n N`) each worker has 1/N of the cores: one thread per worker, in this process and in
+    the processes its tests start, so that N workers do not run N times the machine's threads."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        import torch
+
+        torch.set_num_threads(1)
+        os.environ["OMP_NUM_THREADS"] = "1"
 
 
 def pytest_terminal_summary(terminalreporter):

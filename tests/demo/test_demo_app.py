@@ -5,7 +5,6 @@ folder, an empty caption and an image PIL cannot read must come back as messages
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,18 +16,13 @@ from PIL import Image
 from transformers import AutoModel, AutoProcessor
 
 from helpers.demo import CAPTION, image_paths, write_demo_files
+from helpers.launch import free_port
 
 pytest.importorskip("gradio", reason='the demo needs gradio: pip install "hf-longclip[demo]"')
 gradio_client = pytest.importorskip("gradio_client")
 
 pytestmark = pytest.mark.slow
 TOP_K = 5
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -31,12 +31,25 @@ needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is No
                                             "-e '.[deepspeed]')")
 
 
-def accelerate_launch(script: str, output_dir: Path, launch_args: list[str], *script_args: str) -> list[str]:
-    """The command running `examples/<script>` under `accelerate launch` (CPU, no mixed precision, no dynamo) with
-    `launch_args` (e.g. `--num_processes 2`, `--config_file`) and `--output_dir output_dir` plus `script_args`."""
+def free_port() -> int:
+    """A port no other run on this machine holds now: the rendezvous of each multi-process launch gets its own, so
+    that launches of tests running side by side (`pytest -n 2`) do not meet on accelerate's default 29500."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def launch_command(script: Path, launch_args: list[str], *script_args: str) -> list[str]:
+    """The command running `script` under `accelerate launch` (CPU, no mixed precision, no dynamo, a free
+    rendezvous port) with `launch_args` (e.g. `--num_processes 2`, `--config_file`) and `script_args`."""
     return [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
-            "--dynamo_backend", "no", *launch_args, str(EXAMPLES / script), "--output_dir", str(output_dir),
+            "--dynamo_backend", "no", "--main_process_port", str(free_port()), *launch_args, str(script),
             *script_args]
+
+
+def accelerate_launch(script: str, output_dir: Path, launch_args: list[str], *script_args: str) -> list[str]:
+    """`launch_command` for `examples/<script>` with `--output_dir output_dir` plus `script_args`."""
+    return launch_command(EXAMPLES / script, launch_args, "--output_dir", str(output_dir), *script_args)
 
 
 def script_env(datasets_cache: Path, **extra) -> dict:
@@ -58,11 +71,8 @@ def torchrun(test_file: str, *args: str, world_size: int = 2) -> None:
     """Run `test_file` as a script (its `__main__` runs the per-rank step with `args`) in `world_size` CPU processes
     under `torch.distributed.run` (gloo), with this checkout's package and tests/ importable; fail with the tail of
     their output unless all succeed."""
-    with socket.socket() as probe:  # a port no other run on this machine holds
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world_size),
-               "--master_port", str(port), test_file, *args]
+               "--master_port", str(free_port()), test_file, *args]
     source = Path(hf_longclip.__file__).resolve().parents[1]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(source), str(TESTS)]))
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)

@@ -24,7 +24,7 @@ import torch
 
 from helpers.builders import CAPTIONS, himo_task, random_images, tiny_processor, tiny_sub_configs
 from helpers.cast import tiny_classifier
-from helpers.launch import CONFIGS, needs_deepspeed, run, script_env
+from helpers.launch import CONFIGS, launch_command, needs_deepspeed, run, script_env
 from helpers.training_cases import BATCH, CASES
 from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel
 from hf_longclip.training.arguments import LoopArguments
@@ -177,8 +177,7 @@ def test_the_loop_trains_the_cached_batch_and_checks_its_size(accelerator, tmp_p
 def launch(engine: list[str], tmp_path: Path, *script_args: str) -> dict:
     """This file under `accelerate launch` with 2 processes: every case, cached and whole (`--compiled`: also
     compiled); the relative differences the main process measured."""
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--num_processes", "2",
-               "--mixed_precision", "no", "--dynamo_backend", "no", *engine, __file__, str(tmp_path), *script_args]
+    command = launch_command(Path(__file__), [*engine, "--num_processes", "2"], str(tmp_path), *script_args)
     run(command, dict(script_env(tmp_path / "datasets"), PYTHONPATH=os.pathsep.join(
         [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])), tmp_path)
     return json.loads((tmp_path / "differences.json").read_text())

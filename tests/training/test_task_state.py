@@ -4,14 +4,13 @@ latest checkpoint restores it exactly, so the run ends with the queue, weights a
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers.launch import kill_when_written
+from helpers.launch import kill_when_written, launch_command
 
 SCRIPT = Path(__file__).with_name("queue_task_script.py")
 
@@ -20,8 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def _command(output_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
-            "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), str(output_dir), *extra]
+    return launch_command(SCRIPT, ["--num_processes", "1"], str(output_dir), *extra)
 
 
 def _env(tmp_path: Path) -> dict:

@@ -228,9 +228,9 @@ class Timeline:
     seconds: float
 
 
-class _OneProcess:
+class OneProcessAccelerator:
     """What `loop.optimizer_step`, `gradient_cache.cached_backward` and the tasks' after-step hooks ask of an
-    Accelerator, for one process without a wrapper."""
+    Accelerator, for one process without a wrapper (the planner's traced step, benchmarks/gpu_suite.py)."""
 
     def __init__(self, device: torch.device):
         from accelerate.utils import DistributedType
@@ -309,7 +309,7 @@ class TrainingStep:
         self.options, self.tracker = options, tracker
         model = self.model = workload.model
         self.task = workload.task
-        self.accelerator = _OneProcess(next(model.parameters()).device)
+        self.accelerator = OneProcessAccelerator(next(model.parameters()).device)
         if options.gradient_checkpointing:
             with warnings.catch_warnings():  # transformers 5 renames it; the loop still calls this name
                 warnings.simplefilter("ignore", FutureWarning)
