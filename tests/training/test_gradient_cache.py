@@ -75,18 +75,17 @@ def one_step(name: str, accelerator, directory: Path, cached: bool, compiled: bo
     return {"changes": changes, "terms": {key: value.item() for key, value in terms.items()}, "queues": queues}
 
 
-def relative_differences(name: str, accelerator, directory: Path, compiled: bool = False) -> dict[str, float]:
-    """How far the cached step (`compiled`: compiled, cached) is from the eager whole-batch step, relatively: the
-    weight change (norm of the difference over norm of the change, all parameters), the worst single parameter
-    tensor by the same measure (among those whose change is above 1e-6 of the whole: the others have a true gradient
-    of 0, e.g. attention's key bias, and hold rounding noise) and the worst loss term. PO-HNM's queues must be
-    equal."""
-    cached = one_step(name, accelerator, directory, True, compiled)
+def relative_differences(name: str, accelerator, directory: Path) -> dict[str, float]:
+    """How far the cached step is from the whole-batch step, relatively (`differences`)."""
+    cached = one_step(name, accelerator, directory, True)
     return differences(cached, one_step(name, accelerator, directory, False))
 
 
 def differences(candidate: dict, whole: dict) -> dict[str, float]:
-    """`relative_differences`' measures of `candidate`'s step against `whole`'s."""
+    """How far `candidate`'s step is from `whole`'s, relatively: the weight change (norm of the difference over norm
+    of the change, all parameters), the worst single parameter tensor by the same measure (among those whose change
+    is above 1e-6 of the whole: the others have a true gradient of 0, e.g. attention's key bias, and hold rounding
+    noise) and the worst loss term. PO-HNM's queues must be equal."""
     cached = candidate
     errors = torch.stack([(cached["changes"][key] - change).norm() for key, change in whole["changes"].items()])
     norms = torch.stack([change.norm() for change in whole["changes"].values()])
@@ -174,10 +173,10 @@ def test_the_loop_trains_the_cached_batch_and_checks_its_size(accelerator, tmp_p
         LoopArguments(per_device_train_batch_size=16, contrastive_batch_size=8)
 
 
-def launch(engine: list[str], tmp_path: Path, *script_args: str) -> dict:
-    """This file under `accelerate launch` with 2 processes: every case, cached and whole (`--compiled`: also
-    compiled); the relative differences the main process measured."""
-    command = launch_command(Path(__file__), [*engine, "--num_processes", "2"], str(tmp_path), *script_args)
+def launch(engine: list[str], tmp_path: Path) -> dict:
+    """This file under `accelerate launch` with 2 processes (`main`): the relative differences the main process
+    measured."""
+    command = launch_command(Path(__file__), [*engine, "--num_processes", "2"], str(tmp_path))
     run(command, dict(script_env(tmp_path / "datasets"), PYTHONPATH=os.pathsep.join(
         [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])), tmp_path)
     return json.loads((tmp_path / "differences.json").read_text())
@@ -188,50 +187,44 @@ def launch(engine: list[str], tmp_path: Path, *script_args: str) -> dict:
     pytest.param(["--config_file", str(CONFIGS / "multi_gpu.yaml")], id="ddp"),  # on a CPU machine: gloo
     pytest.param(["--config_file", str(CONFIGS / "zero2.yaml")], id="zero2", marks=needs_deepspeed),
 ])
-def test_chunks_of_16_step_as_one_batch_of_64_per_process_under_two_processes(engine, tmp_path):
-    differences = launch(engine, tmp_path)
-    print(differences)
-    assert set(differences) == set(CASES)
-    for name, measured in differences.items():
-        assert measured["weight_change"] < RTOL and measured["loss"] < RTOL, name
-        assert measured["worst_tensor"] < 10 * RTOL, name
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("engine", [
-    pytest.param(["--config_file", str(CONFIGS / "multi_gpu.yaml")], id="ddp"),
-    pytest.param(["--config_file", str(CONFIGS / "zero2.yaml")], id="zero2", marks=needs_deepspeed),
-])
-def test_compiled_steps_equal_eager_under_two_processes(engine, tmp_path):
-    """`--torch_compile` under DDP and ZeRO-2: the compiled whole step, and the compiled cached step, move the weights
-    as the eager whole step does, to float32 rounding, for the objectives whose compiled step gathers across
-    processes (`COMPILED_CASES`; test_compile.py checks every objective compiled in one process)."""
-    measured = launch(engine, tmp_path, "--compiled")
+def test_cached_and_compiled_steps_equal_the_eager_whole_step_under_two_processes(engine, tmp_path):
+    """Under DDP and ZeRO-2, against the eager whole step of 64 per process: the eager cached step (chunks of 16),
+    for every objective, to float32 rounding; and, with `--torch_compile`, the compiled cached step and the compiled
+    whole step, for the objectives whose compiled step gathers across processes (`COMPILED_CASES`; test_compile.py
+    checks every objective compiled in one process)."""
+    measured = launch(engine, tmp_path)
     print(measured)
-    assert set(measured) == set(COMPILED_CASES) | {f"{name}/whole" for name in COMPILED_CASES}
-    for name, values in measured.items():
-        assert values["weight_change"] < 1e-5 and values["loss"] < 1e-5, name
-        assert values["worst_tensor"] < 1e-4, name
+    compiled = {f"{name}/{kind}" for name in COMPILED_CASES for kind in ("compiled cached", "compiled whole")}
+    assert set(measured) == set(CASES) | compiled
+    for name in CASES:
+        assert measured[name]["weight_change"] < RTOL and measured[name]["loss"] < RTOL, name
+        assert measured[name]["worst_tensor"] < 10 * RTOL, name
+    for name in compiled:
+        assert measured[name]["weight_change"] < 1e-5 and measured[name]["loss"] < 1e-5, name
+        assert measured[name]["worst_tensor"] < 1e-4, name
 
 
-def main(output_dir: str, compiled: bool = False) -> None:
-    """Each launched process: every case, cached and whole, on its 64 of the 128 samples; with `compiled`, the cases
-    of `COMPILED_CASES`, the cached step compiled, and the compiled whole step."""
+def main(output_dir: str) -> None:
+    """Each launched process, on its 64 of the 128 samples: every case's eager cached step against its eager whole
+    step; for the cases of `COMPILED_CASES`, also the compiled cached and compiled whole steps against that same
+    eager whole step."""
     from hf_longclip.training.loop import make_accelerator
 
     accelerator = make_accelerator(LoopArguments(output_dir=output_dir, max_grad_norm=0.0))
     directory = Path(output_dir)
     measured = {}
-    for name in COMPILED_CASES if compiled else CASES:
-        measured[name] = relative_differences(name, accelerator, directory / name, compiled)
-        if compiled:
-            whole = one_step(name, accelerator, directory / name / "eager", False)
-            compiled_whole = one_step(name, accelerator, directory / name / "compiled", False, compiled=True)
-            measured[f"{name}/whole"] = differences(compiled_whole, whole)
+    for name in CASES:
+        cached = one_step(name, accelerator, directory / name / "eager", True)
+        whole = one_step(name, accelerator, directory / name / "eager", False)
+        measured[name] = differences(cached, whole)
+        if name in COMPILED_CASES:
+            for kind, cached in (("compiled cached", True), ("compiled whole", False)):
+                step = one_step(name, accelerator, directory / name / "compiled", cached, compiled=True)
+                measured[f"{name}/{kind}"] = differences(step, whole)
     if accelerator.is_main_process:
         (directory / "differences.json").write_text(json.dumps(measured, indent=2))
     accelerator.wait_for_everyone()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], compiled="--compiled" in sys.argv[2:])
+    main(sys.argv[1])
