@@ -297,15 +297,12 @@ TINY = ["--num_train", "64", "--num_test", "24", "--image_size", "32", "--hidden
         "--per_device_train_batch_size", "8", "--checkpointing_steps", "1"]
 
 
-@pytest.mark.slow  # launches of examples/train_onelip.py
-@pytest.mark.parametrize("killed_in", ["tulip-distill", "tulip"])
-def test_tulip_variant_resumes_in_either_stage(killed_in, datasets_cache, tmp_path):
-    """Stage 1 for 2 steps, stage 2 for the other 6 (enough that a run killed after stage 2's first checkpoint cannot
-    finish first); a run killed after its first checkpoint of `killed_in` resumes to the histories and weights of an
-    uninterrupted run."""
-    uninterrupted, interrupted = tmp_path / "uninterrupted", tmp_path / "interrupted"
-    env = script_env(datasets_cache)
-    run(accelerate_launch("train_onelip.py", uninterrupted, ["--num_processes", "1"], *TINY), env, tmp_path)
+@pytest.fixture(scope="module")
+def tulip_uninterrupted(datasets_cache, tmp_path_factory):
+    """An uninterrupted run of the `tulip` variant (both stages): its directory and results.json."""
+    uninterrupted = tmp_path_factory.mktemp("tulip") / "uninterrupted"
+    run(accelerate_launch("train_onelip.py", uninterrupted, ["--num_processes", "1"], *TINY),
+        script_env(datasets_cache), uninterrupted.parent)
     results = json.loads((uninterrupted / "results.json").read_text())
     assert {"tulip-distill", "tulip"} <= set(results["results"])
     assert [len(results["training"][stage]) for stage in ("tulip-distill", "tulip")] == [2, 6]
@@ -313,7 +310,17 @@ def test_tulip_variant_resumes_in_either_stage(killed_in, datasets_cache, tmp_pa
     distilled = json.loads((uninterrupted / "tulip-distill" / "config.json").read_text())
     finetuned = json.loads((uninterrupted / "tulip" / "config.json").read_text())
     assert not distilled["text_config"]["rope_ntk_scaling"] and finetuned["text_config"]["rope_ntk_scaling"]
+    return uninterrupted, results
 
+
+@pytest.mark.slow  # launches of examples/train_onelip.py
+@pytest.mark.parametrize("killed_in", ["tulip-distill", "tulip"])
+def test_tulip_variant_resumes_in_either_stage(killed_in, tulip_uninterrupted, datasets_cache, tmp_path):
+    """Stage 1 for 2 steps, stage 2 for the other 6 (enough that a run killed after stage 2's first checkpoint cannot
+    finish first); a run killed after its first checkpoint of `killed_in` resumes to the histories and weights of an
+    uninterrupted run."""
+    uninterrupted, results = tulip_uninterrupted
+    interrupted, env = tmp_path / "interrupted", script_env(datasets_cache)
     command = accelerate_launch("train_onelip.py", interrupted, ["--num_processes", "1"], *TINY)
     kill_when_written(command, interrupted / "checkpoints" / killed_in / "step_00000001", env, tmp_path)
     assert not (interrupted / "tulip").exists(), "the run finished before it was killed"
