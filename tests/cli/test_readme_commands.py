@@ -82,7 +82,7 @@ def test_every_readme_command_and_option_exists(command):
 def test_every_option_the_readme_names_exists():
     named_commands = {("hf-longclip", name) for name in re.findall(r"hf-longclip ([a-z][a-z-]+)", README)}
     helps = "\n".join(help_text(*command) for command in sorted(named_commands | {(script,) for script in SCRIPTS}))
-    helps += help_text("accelerate", "launch") + help_text("hf", "download")
+    helps += help_text("accelerate", "launch") + help_text("hf", "download") + help_text("pytest")
     prose = "\n".join(line for line in README.splitlines() if not line.startswith(INSTALL))
     missing = sorted({option for option in OPTION.findall(prose)
                       if not re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", helps)})

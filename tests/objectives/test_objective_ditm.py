@@ -3,6 +3,7 @@ ordering loss against Eq. 6, positives never negatives, errors, and the global b
 
 import gc
 import math
+import os
 import sys
 
 import pytest
@@ -280,13 +281,18 @@ def per_rank_check(reference_path: str) -> None:
     tensors of the check (some held by the refused call's traceback, a reference cycle: hence `gc.collect`) are gone
     before the group is destroyed: a tensor whose autograd graph went through a gathering collective keeps the group
     alive, and destroying it at interpreter exit aborts the process ("terminate called without an active exception",
-    torch 2.13, gloo: about half of the runs before; 0 of 16 after)."""
+    torch 2.13, gloo: about half of the runs before; 0 of 16 after). Under `pytest -n 2` it still aborted once in a
+    full run, so the process then leaves without the interpreter's teardown (`os._exit`), its checks done and its
+    output flushed."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
     check_against_reference(reference_path)
     gc.collect()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def check_against_reference(reference_path: str) -> None:
