@@ -21,6 +21,15 @@ def pytest_configure(config):
         os.environ["OMP_NUM_THREADS"] = "1"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, the files holding slow tests (training launches, several processes) come first, each
+    keeping its order, and the many short files fill in after them, so that no long launch is left to run alone at
+    the end (`--dist loadfile` hands out files in this order). One process keeps the file order."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: item.path not in slow_files)
+
+
 def pytest_terminal_summary(terminalreporter):
     """Where transformers' common model tests could not be fetched (tests/helpers/transformers_common.py), each test
     class of them skips its tests with the reason; say so once more at the end of the run, in one line: which
