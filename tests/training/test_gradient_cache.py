@@ -86,18 +86,17 @@ def differences(candidate: dict, whole: dict) -> dict[str, float]:
     of the change, all parameters), the worst single parameter tensor by the same measure (among those whose change
     is above 1e-6 of the whole: the others have a true gradient of 0, e.g. attention's key bias, and hold rounding
     noise) and the worst loss term. PO-HNM's queues must be equal."""
-    cached = candidate
-    errors = torch.stack([(cached["changes"][key] - change).norm() for key, change in whole["changes"].items()])
+    errors = torch.stack([(candidate["changes"][key] - change).norm() for key, change in whole["changes"].items()])
     norms = torch.stack([change.norm() for change in whole["changes"].values()])
     significant = norms > 1e-6 * norms.norm()
     assert significant.sum() > 10
-    assert whole["terms"].keys() == cached["terms"].keys()
+    assert whole["terms"].keys() == candidate["terms"].keys()
     if whole["queues"] is not None:
-        for cached_part, whole_part in zip(cached["queues"], whole["queues"]):
-            np.testing.assert_array_equal(cached_part, whole_part)
+        for candidate_part, whole_part in zip(candidate["queues"], whole["queues"]):
+            np.testing.assert_array_equal(candidate_part, whole_part)
     return {"weight_change": float(errors.norm() / norms.norm()),
             "worst_tensor": float((errors / norms)[significant].max()),
-            "loss": max(abs(cached["terms"][key] - value) / abs(value) for key, value in whole["terms"].items())}
+            "loss": max(abs(candidate["terms"][key] - value) / abs(value) for key, value in whole["terms"].items())}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -214,12 +213,12 @@ def main(output_dir: str) -> None:
     directory = Path(output_dir)
     measured = {}
     for name in CASES:
-        cached = one_step(name, accelerator, directory / name / "eager", True)
+        eager_cached = one_step(name, accelerator, directory / name / "eager", True)
         whole = one_step(name, accelerator, directory / name / "eager", False)
-        measured[name] = differences(cached, whole)
+        measured[name] = differences(eager_cached, whole)
         if name in COMPILED_CASES:
-            for kind, cached in (("compiled cached", True), ("compiled whole", False)):
-                step = one_step(name, accelerator, directory / name / "compiled", cached, compiled=True)
+            for kind, chunked in (("compiled cached", True), ("compiled whole", False)):
+                step = one_step(name, accelerator, directory / name / "compiled", chunked, compiled=True)
                 measured[f"{name}/{kind}"] = differences(step, whole)
     if accelerator.is_main_process:
         (directory / "differences.json").write_text(json.dumps(measured, indent=2))
