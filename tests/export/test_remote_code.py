@@ -168,6 +168,14 @@ def test_save_pretrained_refuses_to_push_before_writing_the_bundle(tmp_path):
         tiny_himo().save_pretrained(tmp_path, push_to_hub=True)
 
 
+def test_every_model_folder_has_a_tiny_model_for_the_client_tests():
+    """The ONNX, sentence-transformers and padding tests run every folder's tiny model: a new folder brings one."""
+    from helpers.tiny_models import TINY_MODELS
+    from hf_longclip.models import MODEL_FOLDERS
+
+    assert set(TINY_MODELS) == set(MODEL_FOLDERS)
+
+
 def test_every_model_folder_registers_its_auto_classes():
     """`hf_longclip.models.MODEL_FOLDERS` is the one list of models: importing hf_longclip registers each folder's
     `AUTO_CLASSES` with transformers' Auto classes, and marks each class for `save_pretrained`'s auto_map."""

@@ -12,10 +12,8 @@ import numpy as np
 from PIL import Image
 
 from helpers.builders import tiny_himo, tiny_processor
-from helpers.dual_encoders import clip_like
 from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
-from helpers.fcast import tiny_fcast
-from helpers.fcast import tiny_processor as tiny_fcast_processor
+from helpers.tiny_models import TEXT_MODELS, tiny_model
 
 PLACEHOLDERS = Path(__file__).parent / "placeholders"
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -44,24 +42,15 @@ def write_urban1k(root: Path, count: int, captions=None) -> Path:
 
 
 def save_dual_encoder(name: str, path: Path) -> Path:
-    """A tiny random checkpoint of `name` (himo_clip, ditm, onelip, fcast, or clip: a HiMo-CLIP exported as a plain
+    """A tiny random checkpoint of `name` (a dual encoder's model folder, or clip: a HiMo-CLIP exported as a plain
     transformers CLIPModel of 248 positions) saved to `path`."""
-    from hf_longclip import DITMModel, DITMProcessor, OneLIPModel, OneLIPProcessor
-
-    if name == "himo_clip":
-        model, processor = tiny_himo(), tiny_processor()
-    elif name == "ditm":
-        model, processor = clip_like(DITMModel, DITMProcessor)
-    elif name == "onelip":
-        model, processor = clip_like(OneLIPModel, OneLIPProcessor)
-    elif name == "fcast":
-        model, processor = tiny_fcast().eval(), tiny_fcast_processor()
-    elif name == "clip":  # HiMo-CLIP exported as a plain transformers CLIPModel (`hf-longclip export-clip`)
+    if name == "clip":  # HiMo-CLIP exported as a plain transformers CLIPModel (`hf-longclip export-clip`)
         from hf_longclip.models.himo_clip.export_clip import save_as_clip
 
         return save_as_clip(tiny_himo(seed=1), tiny_processor(), path)
-    else:
-        raise ValueError(name)
+    if name not in TEXT_MODELS:
+        raise ValueError(f"{name!r} is not a dual encoder: {', '.join(TEXT_MODELS)} or clip")
+    model, processor = tiny_model(name)
     model.save_pretrained(path)
     processor.save_pretrained(path)
     return path

@@ -10,20 +10,10 @@ from transformers import AutoProcessor
 
 from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from helpers.diffusion import LATE_CHANGE, PROMPT
-from helpers.dual_encoders import clip_like
 from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
-from helpers.fcast import tiny_fcast
-from helpers.fcast import tiny_processor as tiny_fcast_processor
-from hf_longclip import (
-    CASTImageProcessor,
-    CASTVisionConfig,
-    CASTVisionModel,
-    DITMModel,
-    DITMProcessor,
-    OneLIPModel,
-    OneLIPProcessor,
-)
+from helpers.tiny_models import TEXT_MODELS, tiny_model
 from hf_longclip.integrations.onnx import export_onnx
+from hf_longclip.models import MODEL_FOLDERS
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -31,25 +21,14 @@ pytest.importorskip("onnxscript")
 TOLERANCE = 1e-4
 
 
-def tiny_cast():
-    torch.manual_seed(0)
-    config = CASTVisionConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64, image_size=32,
-                              num_segments=16, depths=[1, 1, 1], num_clusters=[6, 3])
-    return CASTVisionModel(config).eval(), CASTImageProcessor(size=32, num_segments=16), None
-
-
-def build(name: str):
-    """(model, processor, long captions or None)."""
-    long_captions = [PROMPT, LATE_CHANGE, PROMPT * 2, CAPTIONS[0]]  # 124, 123, 248 (truncated) and 50 tokens
-    if name == "himo_clip":
-        return tiny_himo(seed=1), tiny_processor(), long_captions
-    if name == "ditm":
-        return (*clip_like(DITMModel, DITMProcessor), long_captions)
-    if name == "onelip":
-        return (*clip_like(OneLIPModel, OneLIPProcessor), long_captions)
+def captions(name: str) -> list[str] | None:
+    """Texts for `name`'s text tower (None: it has none): long captions of 124, 123, 248 (truncated) and 50 tokens,
+    F-CAST's scene captions for its scene-word tokenizer."""
+    if name not in TEXT_MODELS:
+        return None
     if name == "fcast":
-        return tiny_fcast().eval(), tiny_fcast_processor(), SCENE_CAPTIONS + SCENE_CAPTIONS[:1]
-    return tiny_cast()
+        return SCENE_CAPTIONS + SCENE_CAPTIONS[:1]
+    return [PROMPT, LATE_CHANGE, PROMPT * 2, CAPTIONS[0]]
 
 
 def run(path, inputs) -> torch.Tensor:
@@ -58,11 +37,12 @@ def run(path, inputs) -> torch.Tensor:
 
 
 @pytest.mark.slow  # torch.export traces each tower: ~5-20 s a model on 2 free cores
-@pytest.mark.parametrize("name", ["himo_clip", "ditm", "onelip", "fcast", "cast"])
+@pytest.mark.parametrize("name", MODEL_FOLDERS)
 def test_onnx_runtime_matches_pytorch(name, tmp_path):
-    model, processor, captions = build(name)
+    model, processor = tiny_model(name, seed=1)
+    texts = captions(name)
     paths = export_onnx(model, processor, tmp_path)
-    assert set(paths) == ({"image"} if captions is None else {"text", "image"})
+    assert set(paths) == ({"image"} if texts is None else {"text", "image"})
     image_processor = getattr(processor, "image_processor", processor)
     for count in (1, 3):  # the graph was traced with 2
         images = image_processor(random_images(count, seed=count), return_tensors="pt")
@@ -73,10 +53,10 @@ def test_onnx_runtime_matches_pytorch(name, tmp_path):
         assert got.shape == expected.shape and (got - expected).abs().max() < TOLERANCE
     image_inputs = {i.name for i in ort.InferenceSession(str(paths["image"])).get_inputs()}
     assert image_inputs == ({"pixel_values", "superpixels"} if name in ("cast", "fcast") else {"pixel_values"})
-    if name == "cast":
+    if texts is None:
         return
-    for texts, padding in ((captions, "longest"), (captions[:1], "max_length")):
-        inputs = processor(text=texts, padding=padding, return_tensors="pt")
+    for batch, padding in ((texts, "longest"), (texts[:1], "max_length")):
+        inputs = processor(text=batch, padding=padding, return_tensors="pt")
         with torch.no_grad():
             expected = model.get_text_features(**inputs).pooler_output
         got = run(paths["text"], inputs)

@@ -10,33 +10,22 @@ import torch.nn.functional as F
 
 from helpers.builders import CAPTIONS, random_images, tiny_himo, tiny_processor
 from helpers.diffusion import FIRST_DIFFERENCE, LATE_CHANGE, PROMPT
-from helpers.dual_encoders import clip_like
 from helpers.fcast import CAPTIONS as SCENE_CAPTIONS
-from helpers.fcast import tiny_fcast
-from helpers.fcast import tiny_processor as tiny_fcast_processor
-from hf_longclip import DITMModel, DITMProcessor, OneLIPModel, OneLIPProcessor
+from helpers.tiny_models import TEXT_MODELS, tiny_model
 from hf_longclip.integrations.sentence_transformers import save_sentence_transformer
 from hf_longclip.models.fcast.processing_fcast import ChunkTruncationWarning
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402
 
-LONG = 248
-
-
 
 def build(name: str):
     """(model, processor, long captions) of one dual encoder."""
-    if name == "himo_clip":
-        return tiny_himo(seed=1), tiny_processor(), [PROMPT, LATE_CHANGE, *CAPTIONS]
-    if name == "ditm":
-        return (*clip_like(DITMModel, DITMProcessor), [PROMPT, LATE_CHANGE, *CAPTIONS])
-    if name == "onelip":
-        return (*clip_like(OneLIPModel, OneLIPProcessor), [PROMPT, LATE_CHANGE, *CAPTIONS])
-    return tiny_fcast().eval(), tiny_fcast_processor(), SCENE_CAPTIONS
+    model, processor = tiny_model(name, seed=1)
+    return model, processor, SCENE_CAPTIONS if name == "fcast" else [PROMPT, LATE_CHANGE, *CAPTIONS]
 
 
-@pytest.mark.parametrize("name", ["himo_clip", "ditm", "onelip", "fcast"])
+@pytest.mark.parametrize("name", TEXT_MODELS)
 def test_sentence_transformer_encodes_as_the_model(name, tmp_path):
     model, processor, captions = build(name)
     save_sentence_transformer(model, processor, tmp_path)
@@ -63,7 +52,7 @@ def too_long(name: str) -> str:
     return " ".join([PROMPT, LATE_CHANGE, PROMPT, LATE_CHANGE])
 
 
-@pytest.mark.parametrize("name", ["himo_clip", "ditm", "onelip", "fcast"])
+@pytest.mark.parametrize("name", TEXT_MODELS)
 def test_texts_longer_than_the_model_are_cut_at_its_length_keeping_the_end_of_text_token(name, tmp_path):
     """`encode` of a 400+ token caption is the model's embedding of its processor's truncated input, which is cut at
     the model's length (per chunk for F-CAST), not at 77, and whose rows end with the end-of-text token."""

@@ -5,33 +5,16 @@ attend causally and pool at the end-of-text token (F-CAST's second stage reads t
 import pytest
 import torch
 
-from helpers import fcast
 from helpers.builders import CAPTIONS
-from helpers.dual_encoders import clip_like
 from helpers.numerics import rounding_atol, transformer_roundings
-from hf_longclip import (
-    DITMModel,
-    DITMProcessor,
-    HiMoCLIPModel,
-    HiMoCLIPProcessor,
-    OneLIPModel,
-    OneLIPProcessor,
-)
+from helpers.tiny_models import TEXT_MODELS, tiny_model
 
 SHORT_QUERIES = ["a red circle.", "two blue squares.", "a cat."]
 
 
-def _model_and_processor(name: str):
-    if name == "fcast":
-        return fcast.tiny_fcast().eval(), fcast.tiny_processor()
-    classes = {"himo_clip": (HiMoCLIPModel, HiMoCLIPProcessor), "onelip": (OneLIPModel, OneLIPProcessor),
-               "ditm": (DITMModel, DITMProcessor)}[name]
-    return clip_like(*classes)
-
-
-@pytest.mark.parametrize("name", ["himo_clip", "onelip", "ditm", "fcast"])
+@pytest.mark.parametrize("name", TEXT_MODELS)
 def test_longest_padding_is_the_default_and_gives_the_max_length_features(name):
-    model, processor = _model_and_processor(name)
+    model, processor = tiny_model(name)
     for texts in (SHORT_QUERIES, CAPTIONS[:1] + SHORT_QUERIES):
         default = processor(text=texts)
         full = processor(text=texts, padding="max_length")
