@@ -3,7 +3,10 @@ each seed its own seed and output directory."""
 
 import json
 import math
+import re
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -102,3 +105,27 @@ def test_runner_refuses_to_push_several_seeds(tmp_path):
     with pytest.raises(SystemExit, match="push one seed"):
         run_over_seeds(Accelerator(cpu=True), loop_args, HubArguments(push_to_hub=True, hub_model_id="org/name"),
                        lambda args: RUNS[args.seed], ["r1"])
+
+
+def test_the_commit_is_the_source_checkouts_and_none_for_an_installed_copy_inside_another_repository(tmp_path):
+    """A results JSON names the commit the code ran from; an installed copy (here: inside a virtual environment that
+    lies in a user's own repository) names none rather than the user's commit."""
+    import importlib.util
+    import shutil
+
+    from hf_longclip.training import provenance
+
+    source = Path(provenance.__file__)
+    if (source.parents[3] / ".git").exists():
+        assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", provenance.git_commit())
+    project = tmp_path / "project"
+    installed = project / ".venv/lib/python3/site-packages/hf_longclip/training/provenance.py"
+    installed.parent.mkdir(parents=True)
+    shutil.copy(source, installed)
+    git = ["git", "-C", str(project), "-c", "user.name=user", "-c", "user.email=user@example.com"]
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "the user's own work"], check=True)
+    spec = importlib.util.spec_from_file_location("installed_provenance", installed)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    assert copy.git_commit() is None

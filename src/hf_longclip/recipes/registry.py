@@ -4,7 +4,7 @@ and evaluation), and `methods()` finds them by walking this package. The example
 `benchmarks/gpu_suite.py`, the CLI's choices and the tests read it; adding a method is one model folder and one
 recipes folder (docs/contributing.md).
 
-    from hf_longclip.recipes.registry import SIZES, method, methods
+    from hf_longclip.recipes.registry import SIZES, BuildOptions, PlaceholderInputs, method
 
     spec = method("himo")
     model, task = spec.build(SIZES["tiny"], BuildOptions())

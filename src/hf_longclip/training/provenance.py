@@ -29,8 +29,11 @@ def package_version() -> str | None:
 
 
 def git_commit() -> str | None:
-    """The commit of the working tree the code runs from (with `+dirty` for uncommitted changes), None outside git."""
-    root = Path(__file__).resolve().parents[3]
+    """The commit of the source checkout the code runs from (with `+dirty` for uncommitted changes); None when it
+    runs from an installed copy (whose folders above may belong to another repository) or outside git."""
+    root = Path(__file__).resolve().parents[3]  # <root>/src/hf_longclip/training/provenance.py
+    if not (root / "pyproject.toml").is_file():
+        return None
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 check=True, timeout=10).stdout.strip()
