@@ -28,6 +28,7 @@ from transformers import ViTConfig, ViTModel
 from hf_longclip import CASTImageProcessor, CASTVisionConfig, CASTVisionModel
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.models.cast.image_processing_cast import compute_superpixels
+from hf_longclip.recipes.cast import image_processor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import train_cast  # its defaults are the training step measured here
@@ -64,8 +65,11 @@ def training_step_seconds(scenes) -> tuple[float, float]:
     """Median seconds of one CAST training step of train_cast.py's defaults (forward, backward, AdamW) and of the
     collate function preparing its batch (crop, normalisation, SEEDS) on one core."""
     args, loop = train_cast.ScriptArguments(), train_cast.LOOP_DEFAULTS
-    processor = CASTImageProcessor(size=args.image_size)
-    model, collate = train_cast.build("cast", args, processor)
+    processor = image_processor(None, args.image_size, args.num_segments, args.superpixel_method)
+    task, _ = train_cast.CAST.build_variant("cast", None, processor, image_size=args.image_size,
+                                            hidden_size=args.hidden_size, num_attention_heads=args.num_attention_heads,
+                                            num_clusters=args.cluster_list, vit_patch_size=args.vit_patch_size)
+    model, collate = task.model, task.collate_fn
     rows = [scenes[i] for i in range(loop["per_device_train_batch_size"])]
     batch = collate(rows)
     optimizer = torch.optim.AdamW(model.parameters())

@@ -56,7 +56,6 @@ from hf_longclip.recipes import (
 from hf_longclip.recipes.fcast import (
     PAPER_ROWS,
     evaluate_bases,
-    evaluate_scenes,
     fitting_variants,
     plot_grounding,
     pretrained_bases,
@@ -131,7 +130,7 @@ def run(args: ScriptArguments, loop_args, lora_args, hub_args, accelerator, run_
         return build(variant)
 
     def evaluate(model, processor):
-        result = evaluate_scenes(model, processor, test, pairs, loop_args.per_device_eval_batch_size,
+        result = FCAST.evaluate(model, processor, test, pairs, loop_args.per_device_eval_batch_size,
                                  args.grounding_images)
         if processor.needs_superpixels and built[-1] in FIGURES:  # the variant just trained
             plot_grounding(model, processor, [test[i] for i in FIGURE_ROWS], output_dir / f"grounding-{built[-1]}.png",

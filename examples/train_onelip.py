@@ -39,7 +39,7 @@ The negative bank (the base's embeddings of the training captions) is built once
 `<output_dir>/negative_bank/` (or `--negative_bank`) and reused by later runs (and seeds) on the same data and base.
 The frozen base text encoder is OneLIP's teacher (held by `OneLIPTask`, never saved). Evaluation: R@1 both ways on
 the test scenes' long captions, on their first sentence (short) and within the hard-negative pairs whose captions
-differ only after token 77 (chance 50; `hf_longclip.evaluation.long_captions.evaluate_text_lengths`).
+differ only after token 77 (chance 50; `ONELIP.evaluate`: `hf_longclip.evaluation.long_captions.evaluate_text_lengths`).
 
 Writes `<output_dir>/<variant>/` checkpoints (AutoModel/AutoProcessor with trust_remote_code=True), `results.json`,
 `loss_curves.png` and `recall_by_length.png` (Fig. 3). Multi-GPU, DeepSpeed, resume, LoRA and Hub push (of the
@@ -53,7 +53,6 @@ from pathlib import Path
 
 from hf_longclip.miniature import BackboneArguments, load_synthetic_scenes, short_caption_base
 from hf_longclip.recipes import (
-    evaluate_text_lengths,
     late_difference_pairs,
     parse_variants,
     publish,
@@ -147,7 +146,7 @@ def run(script_args: ScriptArguments, backbone, loop_args, lora_args, hub_args, 
     pairs = late_difference_pairs(test, parts[0], BASE_LENGTH)
 
     def evaluate(model, processor):
-        return evaluate_text_lengths(model, processor, test, pairs, loop_args.per_device_eval_batch_size)
+        return ONELIP.evaluate(model, processor, test, pairs, loop_args.per_device_eval_batch_size)
 
     results, histories = evaluate_start(accelerator, base, parts, onelip_base, evaluate, trust_remote_code), {}
     for chosen, data, group_args, options in variant_groups(accelerator, variants, dataset, loop_args, script_args,

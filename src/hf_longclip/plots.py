@@ -5,7 +5,8 @@ computed in `hf_longclip.evaluation` and `hf_longclip.metrics`.
     plot_loss_curves({"himo-clip": trainer_log_history}, "loss.png")
     plot_recalls(report["retrieval"], "recall.png")
 
-Each model's own figures are in `hf_longclip.recipes.<arch>.plots`, drawn with `pyplot` and `save_figure`.
+A method's own figures, where it has any, are in `hf_longclip.recipes.<arch>.plots`, drawn with `pyplot` and
+`save_figure`.
 """
 
 from __future__ import annotations

@@ -356,8 +356,8 @@ result.update(ids=inputs["input_ids"][0].tolist(), features=model.get_text_featu
 
 @pytest.mark.slow
 def test_push_to_hub_with_a_model_card(tmp_path):
-    """`--push-to-hub` uploads the converted checkpoint (to the loopback fake Hub of tests/fake_hub.py) with a card
-    naming the source's license and paper, the verified tolerance and the paper's results as reported."""
+    """`--push-to-hub` uploads the converted checkpoint (to the loopback fake Hub of tests/helpers/fake_hub.py) with a
+    card naming the source's license and paper, the verified tolerance and the paper's results as reported."""
     import subprocess
 
     from helpers.fake_hub import FakeHub

@@ -111,7 +111,10 @@ def test_sharding_divides_what_zero_shards(himo_fp32):
     assert memory.peak(64, zero3) < memory.peak(64, zero2) < memory.peak(64) < memory.peak(64, ddp)
 
 
-@pytest.mark.parametrize("method", ["himo", "ditm"])
+FITTED_FAST = ("himo", "ditm")  # the fast suite's; the slow one fits every other method of the registry
+
+
+@pytest.mark.parametrize("method", FITTED_FAST)
 def test_fitted_peak_is_the_traced_peak_at_other_batches(method):
     """Every operator's bytes fitted in the batch from three traces give, at four times those batches, the peak a
     trace there finds (exactly: shapes are polynomials of the batch)."""
@@ -122,7 +125,7 @@ def test_fitted_peak_is_the_traced_peak_at_other_batches(method):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["longclip", "onelip", "flair", "fcast"])
+@pytest.mark.parametrize("method", [name for name in method_names() if name not in FITTED_FAST])
 def test_fitted_peak_of_every_method(method):
     settings = PlanSettings(method=method, processes=2, **TINY)
     fitted, direct = trace(settings, (2, 4, 6)), trace(settings, (16, 24))

@@ -1,8 +1,8 @@
 """Losses shared by the models' objectives, in open_clip's `loss.py` style: pure functions over embeddings (gather
 with gradient across processes, InfoNCE, SigLIP's pairwise sigmoid loss; `losses.py`) and the modules returning named
-terms that several models use (`ClipLoss`, `LongCLIPLoss`, `TULIPLoss`). Each model's own objective lives in its module
-(`hf_longclip.objectives.<arch>`) and is applied by its task to the model's outputs; the training loop logs
-every term.
+terms that several models use (`ClipLoss`, `LongCLIPLoss`, `TULIPLoss`). A method's own objective, where it has
+one, lives in `hf_longclip.objectives.<arch>` (CAST's classifier trains with its logits' cross-entropy, in its task)
+and is applied by its task to the model's outputs; the training loop logs every term.
 
 | objective | terms | paper |
 |---|---|---|

@@ -16,6 +16,7 @@ from datasets import DatasetDict
 from transformers import AutoConfig, CLIPTextConfig, CLIPTextModel
 
 from hf_longclip.data.collate import ImageTextCollator
+from hf_longclip.evaluation.long_captions import evaluate_text_lengths
 from hf_longclip.miniature.bases import evaluate_base
 from hf_longclip.models.himo_clip.modeling_himo_clip import HiMoCLIPModel
 from hf_longclip.models.himo_clip.processing_himo_clip import HiMoCLIPProcessor
@@ -259,5 +260,5 @@ METHODS = (
                      "queued hard negatives, 248 tokens",
            _onelip, _batch, held_outside=_held_outside,
            plan_notes=_plan_notes, script=SCRIPT, variants=VARIANTS, build_variant=build_variant, card=CARD,
-           options_used=("hard_negatives",)),
+           evaluate=evaluate_text_lengths, options_used=("hard_negatives",)),
 )
