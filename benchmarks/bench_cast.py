@@ -9,10 +9,12 @@
    point sampling loop is not counted); with `--device cuda`, the same in `--dtype bf16` (autocast).
 
     python benchmarks/bench_cast.py                      # CPU (~2 min on 2 cores)
+    python benchmarks/bench_cast.py --json run.json      # the same, its figures and provenance written as JSON
     python benchmarks/bench_cast.py --device cuda --dtype bf16 --batch_size 64
 """
 
 import argparse
+import json
 import sys
 from contextlib import nullcontext
 from pathlib import Path
@@ -29,6 +31,7 @@ from hf_longclip import CASTImageProcessor, CASTVisionConfig, CASTVisionModel
 from hf_longclip.data.synthetic import load_synthetic_scenes
 from hf_longclip.models.cast.image_processing_cast import compute_superpixels
 from hf_longclip.recipes.cast import image_processor
+from hf_longclip.training.provenance import provenance
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import train_cast  # its defaults are the training step measured here
@@ -41,6 +44,7 @@ def parse_args():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast")
+    parser.add_argument("--json", type=Path, help="write the figures there, with the run's provenance")
     return parser.parse_args()
 
 
@@ -94,9 +98,12 @@ def main() -> None:
     scene_images = [np.asarray(image.convert("RGB")) for image in scenes["train"]["image"]]
     texture_images = [textured(224, seed) for seed in range(args.images)]
     print("\n1. superpixels, 196 per 224 px image, one core (ms per image)")
+    superpixels = {}
     for method in ("seeds", "slic"):
-        print(f"   {method:5s}  scenes {superpixel_ms(scene_images, method, args.repeats):6.1f}   "
-              f"textured {superpixel_ms(texture_images, method, args.repeats):6.1f}")
+        superpixels[method] = {"synthetic_scene": superpixel_ms(scene_images, method, args.repeats),
+                               "textured_image": superpixel_ms(texture_images, method, args.repeats)}
+        print(f"   {method:5s}  scenes {superpixels[method]['synthetic_scene']:6.1f}   "
+              f"textured {superpixels[method]['textured_image']:6.1f}")
     small = load_synthetic_scenes(seed=0, num_train=64, num_validation=2, num_test=2,
                                   image_size=train_cast.ScriptArguments().image_size)
     step, preprocessing = training_step_seconds(small["train"])
@@ -136,6 +143,19 @@ def main() -> None:
         print(f"   {name:4s}  {1000 * times[name] / args.batch_size:7.1f} ms/image   "
               f"{flops[name] / 1e9:6.1f} GFLOPs/image   {params[name] / 1e6:6.1f} M parameters")
     print(f"   CAST / ViT-B/16: time x{times['cast'] / times['vit']:.2f}, FLOPs x{flops['cast'] / flops['vit']:.2f}")
+    if args.json:
+        forward = {name: {"ms_per_image": 1000 * times[name] / args.batch_size, "gflops_per_image": flops[name] / 1e9,
+                          "parameters_millions": params[name] / 1e6} for name in ("cast", "vit")}
+        figures = {
+            "superpixels_ms_per_image_196_at_224px_one_core": superpixels,
+            "keeping_up_with_training": {"preprocessing_seconds_one_core": preprocessing,
+                                         "preprocessing_seconds_two_workers": preprocessing / 2,
+                                         "cast_training_step_seconds": step,
+                                         "ratio_preprocessing_over_step": preprocessing / 2 / step},
+            f"forward_224px_batch{args.batch_size}_{args.dtype}": {
+                **forward, "time_ratio": times["cast"] / times["vit"], "flops_ratio": flops["cast"] / flops["vit"]},
+        }
+        args.json.write_text(json.dumps({**figures, "provenance": provenance(dtype=args.dtype)}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
