@@ -144,7 +144,7 @@ def main() -> None:
     with torch.no_grad(), autocast:
         outputs = onelip(**batch)
         states = outputs.text_model_output.last_hidden_state.float()
-        token_embeds = onelip.text_projection(outputs.text_model_output.last_hidden_state).float()
+        token_embeds = onelip.onelip.text_projection(outputs.text_model_output.last_hidden_state).float()
     valid = batch["attention_mask"].bool()
     image = outputs.image_embeds.float()
 

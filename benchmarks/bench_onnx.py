@@ -18,7 +18,7 @@ from common import clip_config, compare
 from PIL import Image
 from transformers import CLIPImageProcessor
 
-from hf_longclip import HiMoCLIPModel, HiMoCLIPProcessor
+from hf_longclip import HiMoCLIPConfig, HiMoCLIPModel, HiMoCLIPProcessor
 from hf_longclip.data.synthetic import generator_texts
 from hf_longclip.data.tokenizer import train_scene_tokenizer
 from hf_longclip.integrations.onnx import export_onnx
@@ -39,7 +39,7 @@ def main():
     texts = list(generator_texts())
     tokenizer = train_scene_tokenizer(texts)
     torch.manual_seed(0)
-    model = HiMoCLIPModel(clip_config(vocab_size=len(tokenizer))).eval()
+    model = HiMoCLIPModel(HiMoCLIPConfig(**clip_config(vocab_size=len(tokenizer)).to_dict())).eval()
     image_processor = CLIPImageProcessor(size={"shortest_edge": 64}, crop_size={"height": 64, "width": 64})
     processor = HiMoCLIPProcessor(image_processor=image_processor, tokenizer=tokenizer, max_length=248)
     long_caption = " ".join(texts * 3)  # truncated to 248 tokens

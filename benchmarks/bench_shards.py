@@ -65,13 +65,18 @@ def throughput(workdir: Path, scenes, args) -> dict[str, float]:
     return {name: used / seconds for name, seconds in times.items()}
 
 
-def replicated_shards(directory: Path, shard: Path, samples_per_shard: int, copies: int) -> str:
+def replicated_shards(directory: Path, source: Path, copies: int) -> str:
+    """`copies` hard links of the one shard `write_shards` wrote into `source`, listed in a manifest of their own
+    (each entry the source's: samples, bytes and hash, as the loader verifies them); their brace pattern."""
+    manifest = json.loads((source / MANIFEST).read_text())
+    (entry,) = manifest["shards"]
     directory.mkdir(parents=True)
     entries = []
     for index in range(copies):
-        os.link(shard, directory / f"{index:06d}.tar")
-        entries.append({"name": f"{index:06d}.tar", "samples": samples_per_shard})
-    (directory / MANIFEST).write_text(json.dumps({"num_samples": samples_per_shard * copies, "shards": entries}))
+        os.link(source / entry["name"], directory / f"{index:06d}.tar")
+        entries.append({**entry, "name": f"{index:06d}.tar"})
+    (directory / MANIFEST).write_text(json.dumps({**manifest, "num_samples": entry["samples"] * copies,
+                                                  "shards": entries}))
     return str(directory / f"{{000000..{copies - 1:06d}}}.tar")
 
 
@@ -126,7 +131,7 @@ def main() -> None:
     one = workdir / "one"
     write_shards(small, one, shard_size=1000)
     for size in (int(s) for s in args.sizes.split(",")):
-        pattern = replicated_shards(workdir / f"n{size}", one / "00000.tar", 1000, size // 1000)
+        pattern = replicated_shards(workdir / f"n{size}", one, size // 1000)
         memory, seconds = peak_training_memory(pattern, small, args, workdir)
         print(f"2. {size:,} samples in {size // 1000} shards: {args.steps} steps of batch {args.batch_size} with "
               f"{args.workers} workers in {seconds:.0f} s, peak memory (PSS, process + workers) {memory:.0f} MiB")
