@@ -19,14 +19,22 @@ superpixels while the model trains. Seeds (`--seeds 0,1,2`), resume, LoRA and Hu
 `hf_longclip/recipes/cast/model_card.md`) as in train_himo.py.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from transformers import AutoModelForImageClassification
 
 from hf_longclip import CASTForImageClassification
 from hf_longclip.miniature import load_synthetic_scenes
-from hf_longclip.recipes import method, publish, run_over_seeds, start_run, train_variants, warn_synthetic_fine_tuning
+from hf_longclip.recipes import (
+    Run,
+    method,
+    publish,
+    run_over_seeds,
+    start_run,
+    train_variants,
+    warn_synthetic_fine_tuning,
+)
 from hf_longclip.recipes.cast import SHAPES, image_processor, plot_hierarchy
 
 CAST = method("cast")
@@ -65,9 +73,10 @@ class ScriptArguments:
         self.cluster_list = [int(n) for n in self.num_clusters.split(",")]
 
 
-def run(args: ScriptArguments, loop_args, lora_args, hub_args, accelerator, run_args: dict, scenes,
-        processor) -> dict[str, dict]:
-    """One seed's run: both models trained, saved, reloaded and evaluated; CAST's segmentation figure; results."""
+def run(started: Run, scenes, processor) -> dict[str, dict]:
+    """One seed's run (`started.loop_args` are the seed's): both models trained, saved, reloaded and evaluated;
+    CAST's segmentation figure; results."""
+    args, loop_args, accelerator = started.script_args, started.loop_args, started.accelerator
     output_dir = Path(loop_args.output_dir)
 
     def build(name: str):
@@ -83,9 +92,10 @@ def run(args: ScriptArguments, loop_args, lora_args, hub_args, accelerator, run_
         return result
 
     results, histories = train_variants(accelerator, args.model_list, build, evaluate, scenes, loop_args,
-                                        lora_args, auto_class=AutoModelForImageClassification, run_args=run_args)
+                                        started.lora_args, auto_class=AutoModelForImageClassification,
+                                        run_args=started.run_args)
     publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card=CAST.card,
-            hub_args=hub_args, run_args=run_args,
+            hub_args=started.hub_args, run_args=started.run_args,
             push_variants=[name for name in args.model_list if name == "cast"])  # the ViT is only the baseline
     if accelerator.is_main_process:
         print(f"shape classification on {len(scenes['test'])} test scenes (chance {100 / len(SHAPES):.0f}%):")
@@ -105,8 +115,7 @@ def main() -> None:
     processor = image_processor(args.init_from_checkpoint, args.image_size, args.num_segments,
                                 args.superpixel_method)  # a checkpoint's: its resolution and superpixels
     run_over_seeds(accelerator, started.loop_args, started.hub_args,
-                   lambda seed_args: run(args, seed_args, started.lora_args, started.hub_args, accelerator,
-                                         started.run_args, scenes, processor),
+                   lambda seed_args: run(replace(started, loop_args=seed_args), scenes, processor),
                    METRICS, title="train_cast: shape classification")
     accelerator.end_training()
 

@@ -36,7 +36,16 @@ import torch
 from accelerate.utils import DistributedType
 
 from hf_longclip.miniature import BackboneArguments, evaluate_base, infonce_base, load_synthetic_scenes
-from hf_longclip.recipes import coverage, method, parse_variants, publish, run_over_seeds, start_run, train_variants
+from hf_longclip.recipes import (
+    Run,
+    coverage,
+    method,
+    parse_variants,
+    publish,
+    run_over_seeds,
+    start_run,
+    train_variants,
+)
 from hf_longclip.recipes.ditm import (
     BACKBONES,
     LOSS_NOTES,
@@ -76,9 +85,11 @@ class ScriptArguments:
             raise ValueError(f"--backbone must be one of {list(BACKBONES)}, got {self.backbone!r}")
 
 
-def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args, lora_args, hub_args, accelerator,
-        run_args: dict, scenes, dataset, warmup_steps: int) -> dict[str, dict]:
-    """One seed's run: the base InfoNCE CLIP (unless given), every variant fine-tuned from it, Fig. 8, results."""
+def run(started: Run, scenes, dataset, warmup_steps: int) -> dict[str, dict]:
+    """One seed's run (`started.loop_args` are the seed's): the base InfoNCE CLIP (unless given), every variant
+    fine-tuned from it, Fig. 8, results."""
+    script_args, backbone, loop_args, accelerator = (started.script_args, started.backbone, started.loop_args,
+                                                     started.accelerator)
     variants = parse_variants(script_args.variants, DITM.variants)
     test = scenes["test"]
 
@@ -97,7 +108,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args, lo
             variant, base, parts, seed=loop_args.seed, backbone=script_args.backbone, warmup_steps=warmup_steps,
             margin_scale=script_args.margin_scale, order_weight=script_args.order_weight,
             captions_per_image=script_args.captions_per_image, trust_remote_code=backbone.trust_remote_code),
-        evaluate_on_test, dataset, loop_args, lora_args, run_args=run_args,
+        evaluate_on_test, dataset, loop_args, started.lora_args, run_args=started.run_args,
     )
     results.update(adapted)
     histories.update(adapted_histories)
@@ -110,7 +121,7 @@ def run(script_args: ScriptArguments, backbone: BackboneArguments, loop_args, lo
                     Path(loop_args.output_dir) / "levels.png",
                     coverage(len(levels), len(levels) * len(levels[0]), "level texts (test split)"))
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
-            card=DITM.card, hub_args=hub_args, run_args=run_args,
+            card=DITM.card, hub_args=started.hub_args, run_args=started.run_args,
             base_model=backbone.init_from_clip, push_variants=variants, loss_notes=LOSS_NOTES)
     return results
 
@@ -135,8 +146,7 @@ def main() -> None:
                        * loop_args.gradient_accumulation_steps)
     warmup_steps = int(script_args.ditm_warmup_epochs * len(dataset["train"]) / images_per_step)
     run_over_seeds(accelerator, loop_args, started.hub_args,
-                   lambda seed_args: run(script_args, backbone, seed_args, started.lora_args, started.hub_args,
-                                         accelerator, started.run_args, scenes, dataset, warmup_steps),
+                   lambda seed_args: run(replace(started, loop_args=seed_args), scenes, dataset, warmup_steps),
                    METRICS, title="train_ditm")
     accelerator.wait_for_everyone()
     accelerator.end_training()

@@ -39,13 +39,14 @@ in train_himo.py. The rows as data and how each is built: `hf_longclip.recipes.f
 `build_variant`, `pretrained_bases`).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
 from hf_longclip import CASTImageProcessor, FCASTProcessor
 from hf_longclip.miniature import BaseArguments, load_synthetic_scenes, scene_corpus
 from hf_longclip.recipes import (
+    Run,
     late_difference_pairs,
     publish,
     run_over_seeds,
@@ -115,12 +116,13 @@ class ScriptArguments(BaseArguments):
         self.cluster_list = [int(n) for n in self.num_clusters.split(",")]
 
 
-def run(args: ScriptArguments, loop_args, lora_args, hub_args, accelerator, run_args: dict, scenes,
-        processors: dict[bool, FCASTProcessor], pairs, bases: dict[str, str],
+def run(started: Run, scenes, processors: dict[bool, FCASTProcessor], pairs, bases: dict[str, str],
         base_results: dict[str, dict]) -> dict[str, dict]:
-    """One seed's run: the bases' rows (`base_results`, `evaluate_bases`), then every variant built, started from its
-    pretrained base (`bases`, unless empty), trained, saved, reloaded and evaluated; Fig. 7 of F-CAST's and FLAIR's
-    models; results. `processors[hierarchical]`: N = 4 chunks, or the flat encoder's one 77-token text per caption."""
+    """One seed's run (`started.loop_args` are the seed's): the bases' rows (`base_results`, `evaluate_bases`), then
+    every variant built, started from its pretrained base (`bases`, unless empty), trained, saved, reloaded and
+    evaluated; Fig. 7 of F-CAST's and FLAIR's models; results. `processors[hierarchical]`: N = 4 chunks, or the flat
+    encoder's one 77-token text per caption."""
+    args, loop_args, accelerator = started.script_args, started.loop_args, started.accelerator
     test, output_dir, built = scenes["test"], Path(loop_args.output_dir), []
     build = partial(FCAST.build_variant, start=args.init_from_checkpoint, processor=processors, settings=args,
                     seed=loop_args.seed, bases=bases)
@@ -131,7 +133,7 @@ def run(args: ScriptArguments, loop_args, lora_args, hub_args, accelerator, run_
 
     def evaluate(model, processor):
         result = FCAST.evaluate(model, processor, test, pairs, loop_args.per_device_eval_batch_size,
-                                 args.grounding_images)
+                                args.grounding_images)
         if processor.needs_superpixels and built[-1] in FIGURES:  # the variant just trained
             plot_grounding(model, processor, [test[i] for i in FIGURE_ROWS], output_dir / f"grounding-{built[-1]}.png",
                            built[-1])
@@ -139,10 +141,10 @@ def run(args: ScriptArguments, loop_args, lora_args, hub_args, accelerator, run_
 
     results = dict(base_results)
     trained, histories = train_variants(accelerator, args.variant_list, build_task, evaluate, scenes, loop_args,
-                                        lora_args, run_args=run_args)
+                                        started.lora_args, run_args=started.run_args)
     results.update(trained)
     publish(accelerator, results, histories, output_dir=output_dir, metrics=METRICS, card=FCAST.card,
-            hub_args=hub_args, run_args=run_args,  # the F-CAST variants, not the baselines
+            hub_args=started.hub_args, run_args=started.run_args,  # the F-CAST variants, not the baselines
             push_variants=[name for name in args.variant_list if FCAST.variants[name]["objective"] == "fcast"])
     if accelerator.is_main_process:
         print(f"\nF-CAST miniature ({len(test)} test scenes; {len(pairs)} hard pairs differ only after token "
@@ -193,8 +195,8 @@ def main() -> None:
     base_results = evaluate_bases(accelerator, bases, processors[False], scenes["test"], pairs,
                                   loop_args.per_device_eval_batch_size, args.grounding_images)  # fixed across seeds
     run_over_seeds(accelerator, loop_args, started.hub_args,
-                   lambda seed_args: run(args, seed_args, started.lora_args, started.hub_args, accelerator,
-                                         started.run_args, scenes, processors, pairs, bases, base_results),
+                   lambda seed_args: run(replace(started, loop_args=seed_args), scenes, processors, pairs, bases,
+                                         base_results),
                    METRICS if needs_superpixels else RETRIEVAL_METRICS, title="train_fcast")
     accelerator.end_training()
 

@@ -51,6 +51,7 @@ from hf_longclip.miniature import (
     short_caption_base,
 )
 from hf_longclip.recipes import (
+    Run,
     coverage,
     method,
     parse_variants,
@@ -119,9 +120,11 @@ class ScriptArguments:
                                           if getattr(self, name) is not None}}
 
 
-def run(args: ScriptArguments, backbone: BackboneArguments, loop_args, lora_args, hub_args, accelerator,
-        run_args: dict, dataset) -> dict[str, dict]:
-    """One seed's run: the base (built or reused), every row fine-tuned from it and evaluated, plots, results."""
+def run(started: Run, dataset) -> dict[str, dict]:
+    """One seed's run (`started.loop_args` are the seed's): the base (built or reused), every row fine-tuned from it
+    and evaluated, plots, results."""
+    args, backbone, loop_args, accelerator = (started.script_args, started.backbone, started.loop_args,
+                                              started.accelerator)
     rows = args.rows()
     global_batch = loop_args.process_batch_size * accelerator.num_processes
 
@@ -153,7 +156,7 @@ def run(args: ScriptArguments, backbone: BackboneArguments, loop_args, lora_args
             row_args = replace(loop_args,
                                per_device_train_batch_size=round(loop_args.per_device_train_batch_size * factor))
         trained, trained_histories = train_variants(accelerator, chosen, build, evaluate, dataset, row_args,
-                                                    lora_args, run_args=run_args)
+                                                    started.lora_args, run_args=started.run_args)
         results.update(trained)
         histories.update(trained_histories)
     if accelerator.is_main_process:
@@ -162,7 +165,8 @@ def run(args: ScriptArguments, backbone: BackboneArguments, loop_args, lora_args
                                Path(loop_args.output_dir) / "prefix_similarity.png",
                                coverage(first["num_images"], first["num_prefixes"], "caption prefixes (test split)"))
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=metrics(args),
-            card=HIMO.card, hub_args=hub_args, run_args=run_args, base_model=given_base, push_variants=list(rows))
+            card=HIMO.card, hub_args=started.hub_args, run_args=started.run_args, base_model=given_base,
+            push_variants=list(rows))
     return results
 
 
@@ -172,17 +176,16 @@ def metrics(args: ScriptArguments) -> tuple[str, ...]:
 
 def main() -> None:
     started = start_run("train_himo", ScriptArguments, LOOP_DEFAULTS, backbone=BackboneArguments)
-    args, backbone, loop_args, accelerator = (started.script_args, started.backbone, started.loop_args,
-                                              started.accelerator)
+    args, backbone, accelerator = started.script_args, started.backbone, started.accelerator
     with accelerator.main_process_first():
         dataset = load_synthetic_scenes(seed=args.dataset_seed, num_train=args.num_train, num_test=args.num_test,
                                         image_size=backbone.image_size)
     name = args.ablation or "summary"
     if args.ablation:
-        loop_args = replace(loop_args, output_dir=str(Path(loop_args.output_dir) / args.ablation))
-    run_over_seeds(accelerator, loop_args, started.hub_args,
-                   lambda seed_args: run(args, backbone, seed_args, started.lora_args, started.hub_args, accelerator,
-                                         started.run_args, dataset),
+        ablation_dir = str(Path(started.loop_args.output_dir) / args.ablation)
+        started = replace(started, loop_args=replace(started.loop_args, output_dir=ablation_dir))
+    run_over_seeds(accelerator, started.loop_args, started.hub_args,
+                   lambda seed_args: run(replace(started, loop_args=seed_args), dataset),
                    metrics(args), name=name, title=f"train_himo: {name}")
     accelerator.wait_for_everyone()
     accelerator.end_training()

@@ -53,6 +53,7 @@ from pathlib import Path
 
 from hf_longclip.miniature import BackboneArguments, load_synthetic_scenes, short_caption_base
 from hf_longclip.recipes import (
+    Run,
     late_difference_pairs,
     parse_variants,
     publish,
@@ -131,10 +132,11 @@ class ScriptArguments:
                              f"got {self.tulip_distill_loss!r}")
 
 
-def run(script_args: ScriptArguments, backbone, loop_args, lora_args, hub_args, accelerator, run_args: dict, dataset,
-        bank_root: Path) -> dict[str, dict]:
-    """One seed's run: the base (given, or the cached short-caption one), every variant adapted from it, Table 4's
-    rows, Fig. 3, results."""
+def run(started: Run, dataset, bank_root: Path) -> dict[str, dict]:
+    """One seed's run (`started.loop_args` are the seed's): the base (given, or the cached short-caption one), every
+    variant adapted from it, Table 4's rows, Fig. 3, results."""
+    script_args, backbone, loop_args, accelerator = (started.script_args, started.backbone, started.loop_args,
+                                                     started.accelerator)
     variants = parse_variants(script_args.variants, CHOICES)
     test, trust_remote_code = dataset["test"], backbone.trust_remote_code
     base = (script_args.base_checkpoint or backbone.init_from_clip
@@ -153,8 +155,8 @@ def run(script_args: ScriptArguments, backbone, loop_args, lora_args, hub_args, 
                                                             base, parts, bank_root, trust_remote_code):
         build = partial(ONELIP.build_variant, start=base, processor=parts, settings=script_args, seed=loop_args.seed,
                         onelip_start=onelip_base, trust_remote_code=trust_remote_code, **options)
-        trained, trained_histories = train_variants(accelerator, chosen, build, evaluate, data, group_args, lora_args,
-                                                    run_args=run_args)
+        trained, trained_histories = train_variants(accelerator, chosen, build, evaluate, data, group_args,
+                                                    started.lora_args, run_args=started.run_args)
         results.update(trained)
         histories.update(trained_histories)
     if accelerator.is_main_process:
@@ -162,7 +164,7 @@ def run(script_args: ScriptArguments, backbone, loop_args, lora_args, hub_args, 
         print(f"\nhard pairs: {len(pairs)} of the {len(test) // 2} test pairs differ only after token {BASE_LENGTH}; "
               f"short captions: {next(iter(results.values()))['num_short_texts']} distinct first sentences")
     publish(accelerator, results, histories, output_dir=loop_args.output_dir, metrics=METRICS,
-            card=ONELIP.card, hub_args=hub_args, run_args=run_args,
+            card=ONELIP.card, hub_args=started.hub_args, run_args=started.run_args,
             base_model=script_args.base_checkpoint or backbone.init_from_clip, push_variants=variants,
             loss_notes=loss_notes(script_args.weight_switch_fraction))
     return results
@@ -179,8 +181,7 @@ def main() -> None:
                                         num_test=script_args.num_test, image_size=started.backbone.image_size)
     bank_root = Path(started.loop_args.output_dir) / "negative_bank"  # one bank for every seed: data and base decide it
     run_over_seeds(accelerator, started.loop_args, started.hub_args,
-                   lambda seed_args: run(script_args, started.backbone, seed_args, started.lora_args,
-                                         started.hub_args, accelerator, started.run_args, dataset, bank_root),
+                   lambda seed_args: run(replace(started, loop_args=seed_args), dataset, bank_root),
                    METRICS, title="train_onelip")
     accelerator.wait_for_everyone()
     accelerator.end_training()

@@ -19,6 +19,7 @@ from hf_longclip.training.arguments import LoopArguments
 from hf_longclip.training.loop import whole_model_init
 from hf_longclip.training.provenance import provenance
 from hf_longclip.training.runs import (
+    Run,
     load_clip,
     parse_variants,
     publish,
@@ -36,6 +37,7 @@ __all__ = [
     "KeptPositionsTask",
     "LongCLIPTask",
     "LoopArguments",
+    "Run",
     "coverage",
     "evaluate_text_lengths",
     "late_difference_pairs",
