@@ -8,7 +8,8 @@ import pytest
 
 from hf_longclip.cli import build_parser
 from hf_longclip.evaluation import load_report
-from hf_longclip.metrics.ties import TIE_RULE_CHOICES, TIE_RULES
+from hf_longclip.evaluation.ties import TIE_RULE_CHOICES
+from hf_longclip.metrics.ties import TIE_RULES
 from hf_longclip.training.results import COLUMNS
 
 

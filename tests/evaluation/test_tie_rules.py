@@ -1,4 +1,4 @@
-"""Each benchmark protocol's tie rule (`hf_longclip.metrics.ties.official_tie_rules`): the rule of its own
+"""Each benchmark protocol's tie rule (`hf_longclip.evaluation.ties.official_tie_rules`): the rule of its own
 evaluation code where that code breaks ties by a rule (HierarCaps, COLA, the retrieval codes of Long-CLIP, HiMo-CLIP
 and TULIP), fair elsewhere; resolved per task for `evaluate_dataset`, and tabulated in docs/evaluation.md as the code
 has it."""
@@ -10,15 +10,14 @@ import pytest
 
 from hf_longclip.data.benchmarks import BENCHMARKS
 from hf_longclip.evaluation import TASKS
-from hf_longclip.metrics.ties import (
-    DEFAULT_TIE_RULE,
+from hf_longclip.evaluation.ties import (
     RETRIEVAL_TIE_RULES,
     TASK_TIE_RULES,
     TIE_RULE_CHOICES,
-    TIE_RULES,
     official_tie_rules,
     resolve_tie_rules,
 )
+from hf_longclip.metrics.ties import DEFAULT_TIE_RULE, TIE_RULES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "evaluation.md"
 

@@ -7,7 +7,8 @@
 retrieval task's scoring modes: global, or FLAIR's text-conditioned ones), `long_captions` (the long-caption
 evaluation several models' miniature protocols share: R@1 both ways, recall by caption length), `loading` (the model
 `hf-longclip eval` reads) and `report` (`run_evaluation`, the command, and the metric names of its report). How ties
-count, and each benchmark protocol's rule, is `hf_longclip.metrics.ties` (the metrics' own arithmetic needs it). What
+count is `hf_longclip.metrics.ties` (the metrics' own arithmetic); the rule each benchmark protocol's code applies,
+`ties`. What
 is particular to one method's protocol lives in its recipe: `hf_longclip.recipes.<arch>.evaluation`.
 """
 

@@ -17,13 +17,14 @@ from pathlib import Path
 from ..data.caption_files import describe_truncation
 from ..data.eval_datasets import SYNTHETIC, check_data_dir, load_eval_benchmark
 from ..data.synthetic import CLASSNAMES
-from ..metrics.ties import OFFICIAL, TIE_RULE_CHOICES, check_tie_rule
+from ..metrics.ties import check_tie_rule
 from ..metrics.zero_shot import DEFAULT_TEMPLATES
 from ..plots import coverage, plot_prefix_similarity, plot_recalls
 from .encoding import reset_truncation_stats, truncation_stats
 from .loading import load_model
 from .scoring import DEFAULT_TOPK, check_scoring
 from .tasks import evaluate_dataset
+from .ties import OFFICIAL, TIE_RULE_CHOICES
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def run_evaluation(model_name_or_path: str, dataset_name: str, data_dir: str | N
     benchmark's file layout and reading (`hf_longclip.data.benchmarks.BENCHMARKS[name].protocols`); `scoring` and
     `topk`: the retrieval task's scoring mode (`hf_longclip.evaluation.scoring`); `tie_rule`: how the metrics
     credit tied scores: ``"official"`` (default) each task as the benchmark protocol's own evaluation code, or one
-    rule for every task (`hf_longclip.metrics.ties`). All are recorded in the report, the rule each task used under
+    rule for every task (`hf_longclip.evaluation.ties`). All are recorded in the report, the rule each task used under
     ``tie_rules``.
 
     The report also counts what did not reach the metrics as given: ``num_skipped_images`` and ``skipped_images``

@@ -36,7 +36,7 @@ from ..metrics.retrieval import (
     long_text_retrieval,
 )
 from ..metrics.ssi import ssi
-from ..metrics.ties import COLA_TIE_RULE, DEFAULT_TIE_RULE, HIERARCAPS_TIE_RULE, OFFICIAL, resolve_tie_rules
+from ..metrics.ties import COLA_TIE_RULE, DEFAULT_TIE_RULE, HIERARCAPS_TIE_RULE
 from ..metrics.zero_shot import (
     class_embeddings,
     format_prompts,
@@ -44,6 +44,7 @@ from ..metrics.zero_shot import (
 )
 from .encoding import ImageColumn, encode_images, encode_texts, retrieval_texts
 from .scoring import DEFAULT_TOPK, check_scoring, conditioned_retrieval_task
+from .ties import OFFICIAL, resolve_tie_rules
 
 
 def prefix_column(dataset) -> str:
@@ -353,7 +354,7 @@ def evaluate_dataset(
     Zero-shot classification takes its `classnames` from the `label` column's ClassLabel names unless given.
     `scoring` is the retrieval task's (`hf_longclip.evaluation.scoring`): "global" (every model), "conditioned" or
     "conditioned-topk" with `topk` (a model with text-conditioned pooling: FLAIR, F-CAST); the other tasks score
-    globally. `tie_rule` says how each task credits tied scores (`hf_longclip.metrics.ties`): ``"official"``
+    globally. `tie_rule` says how each task credits tied scores (`hf_longclip.evaluation.ties`): ``"official"``
     (default) as the evaluation code of the rows' benchmark (`benchmark`, read with `protocol`: a name of
     `hf_longclip.data.benchmarks.BENCHMARKS` and of its protocols; `official_tie_rules`): HierarCaps' and COLA's
     rules always, a retrieval protocol's where its code breaks ties by position, "fair" elsewhere; a rule name
