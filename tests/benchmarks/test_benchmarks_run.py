@@ -1,7 +1,7 @@
-"""Every CPU benchmark of benchmarks/ runs to the end at its smallest settings, in a fresh interpreter from an empty
-working directory: a benchmark is not kept by a test of its figures (those are measured, not asserted), so without
-this one it breaks unseen when the code it times moves (four had, all at once). A script is either run here or named
-in `NOT_RUN` with the reason; a new script must be one of the two."""
+"""Every CPU benchmark of benchmarks/ runs to the end at its smallest settings, in a fresh interpreter (one for all)
+from an empty working directory: a benchmark is not kept by a test of its figures (those are measured, not
+asserted), so without this one it breaks unseen when the code it times moves (four had, all at once). A script is
+either run here or named in `NOT_RUN` with the reason; a new script must be one of the two."""
 
 import os
 import subprocess
@@ -51,10 +51,31 @@ def test_every_benchmark_is_run_here_or_says_why_not():
     assert scripts == set(SMALL) | set(NOT_RUN) and not set(SMALL) & set(NOT_RUN)
 
 
-@pytest.mark.slow  # 5-15 s a script: a fresh interpreter, tiny models
-@pytest.mark.parametrize("script", sorted(SMALL))
-def test_benchmark_runs_at_its_smallest_settings(script, tmp_path):
-    command = [sys.executable, str(BENCHMARKS / script), *SMALL[script].format(tmp=tmp_path).split()]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+# one interpreter runs them all, each as `python <script> <args>` would (`runpy`, its own argv): the imports of torch
+# and transformers are paid once rather than once a script
+RUNNER = """
+import runpy, sys, traceback
+benchmarks, failed = sys.argv[1], []
+sys.path.insert(0, benchmarks)  # their shared `common`, as a script's own folder is
+for line in sys.argv[2:]:
+    sys.argv = [f"{benchmarks}/{line.split()[0]}", *line.split()[1:]]
+    print(f"=== {line}", flush=True)
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as done:
+        if done.code not in (None, 0):
+            failed.append(line.split()[0])
+    except Exception:
+        traceback.print_exc()
+        failed.append(line.split()[0])
+print("failed:", " ".join(failed) or "none")
+"""
+
+
+@pytest.mark.slow  # about a minute: 5-15 s a script after one import of the library
+def test_every_benchmark_runs_at_its_smallest_settings(tmp_path):
+    lines = [f"{script} {args.format(tmp=tmp_path)}" for script, args in sorted(SMALL.items())]
+    result = subprocess.run([sys.executable, "-c", RUNNER, str(BENCHMARKS), *lines], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=900,
                             env=dict(os.environ, OMP_NUM_THREADS="1", HF_DATASETS_CACHE=str(tmp_path / "datasets")))
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert result.returncode == 0 and "failed: none" in result.stdout, result.stdout[-3000:] + result.stderr[-4000:]
