@@ -6,10 +6,10 @@
 `encoding` (embeddings), `tasks` (what each task computes, the registry and `evaluate_dataset`), `scoring` (the
 retrieval task's scoring modes: global, or FLAIR's text-conditioned ones), `long_captions` (the long-caption
 evaluation several models' miniature protocols share: R@1 both ways, recall by caption length), `loading` (the model
-`hf-longclip eval` reads) and `report` (`run_evaluation`, the command, and the metric names of its report). How ties
-count is `hf_longclip.metrics.ties` (the metrics' own arithmetic); the rule each benchmark protocol's code applies,
-`ties`. What
-is particular to one method's protocol lives in its recipe: `hf_longclip.recipes.<arch>.evaluation`.
+`hf-longclip eval` reads), `report` (`run_evaluation`, the command, and the metric names of its report) and `ties`
+(the tie rule each benchmark protocol's own code applies; how ties count is `hf_longclip.metrics.ties`, the metrics'
+own arithmetic). What is particular to one method's protocol lives in its recipe:
+`hf_longclip.recipes.<arch>.evaluation`.
 """
 
 from .encoding import cached_text_encoder, encode_images, encode_texts, text_max_length
